@@ -1,0 +1,66 @@
+# The workbook's commands. Every target sets up what it needs first: a virtualenv with the
+# pinned packages (.venv) and the Redis binaries (apt-get as root on Debian/Ubuntu).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+LAB := $(PY) -m labs
+NOTEBOOKS := $(wildcard notebooks/*.ipynb)
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup redis-bin up up-aof up-sentinel failover failover-hard status down \
+        jupyter test lint clean
+
+help: ## list the targets
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python >= 3.11 is needed, found " + sys.version.split()[0])'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing the pinned packages into $(VENV) ..."
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[notebooks,test,dev]'
+	@touch $@
+
+redis-bin:
+	@bash scripts/ensure-redis.sh
+
+setup: $(STAMP) redis-bin ## create .venv, install the packages and the Redis binaries
+
+up: setup ## start the single topology (no persistence, port 6390)
+	@$(LAB) up single
+
+up-aof: setup ## start the aof topology (appendonly everysec, port 6391)
+	@$(LAB) up aof
+
+up-sentinel: setup ## start master 6392, replica 6393, sentinels 26390-26392
+	@$(LAB) up sentinel
+
+failover: setup ## graceful SENTINEL FAILOVER, timed
+	@$(LAB) failover
+
+failover-hard: setup ## kill -9 of the current master, timed
+	@$(LAB) failover --hard
+
+status: setup ## roles, ports, offsets, each sentinel's master
+	@$(LAB) status
+
+down: setup ## stop every Redis process the launcher started
+	@$(LAB) down
+
+jupyter: setup ## JupyterLab on notebooks/
+	@$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+lint: setup ## ruff and mypy
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/mypy
+
+test: lint ## the whole suite: ruff, mypy, pytest and every notebook under nbval
+	@$(VENV)/bin/pytest -p no:cacheprovider tests $(NOTEBOOKS) \
+		$(if $(NOTEBOOKS),--nbval-lax --nbval-current-env --nbval-cell-timeout=120) $(PYTEST_ARGS)
+
+clean: ## stop everything and remove .venv, .run and reports
+	@if [ -x $(PY) ]; then $(LAB) down || true; fi
+	@rm -rf $(VENV) .run reports *.egg-info .pytest_cache .mypy_cache .ruff_cache

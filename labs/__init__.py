@@ -1,0 +1,4 @@
+"""Lab runners, the native Redis launcher, live panels and student kits.
+
+``labs`` may import ``solutions``; ``solutions`` never imports ``labs``.
+"""

@@ -1,0 +1,5 @@
+"""``python -m labs``: the launcher CLI (see ``python -m labs --help``)."""
+
+from labs.cli import main
+
+raise SystemExit(main())

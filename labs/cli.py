@@ -1,0 +1,109 @@
+"""The launcher CLI that the Makefile calls: ``python -m labs up|status|failover|down``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from labs.errors import LauncherError
+from labs.ports import DEFAULTS
+from labs.topology import TOPOLOGIES, Topology, TopologyStatus, default_run_dir
+
+console = Console()
+
+EPILOG = "ports (override with the variable): " + ", ".join(f"{k}={v}" for k, v in DEFAULTS.items())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m labs",
+        description="Start, inspect, fail over and stop real Redis processes on 127.0.0.1.",
+        epilog=EPILOG + f"; LAB_DOWN_AFTER_MS=1000; files under $LAB_RUN_DIR or {default_run_dir()}",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start a topology, or reuse it when it already runs")
+    up.add_argument("topology", choices=TOPOLOGIES, nargs="?", default="single")
+    st = sub.add_parser("status", help="roles, ports, replication offsets, each sentinel's master")
+    st.add_argument("topology", choices=(*TOPOLOGIES, "all"), nargs="?", default="all")
+    fo = sub.add_parser("failover", help="fail the sentinel topology over and time it")
+    fo.add_argument("--hard", action="store_true", help="kill -9 the master instead of SENTINEL FAILOVER")
+    fo.add_argument("--timeout-s", type=float, default=30.0, help="give up after this long (default 30)")
+    fo.add_argument(
+        "--no-restart", action="store_true", help="with --hard, leave the killed master down"
+    )
+    down = sub.add_parser("down", help="stop every process the launcher started")
+    down.add_argument("topology", choices=(*TOPOLOGIES, "all"), nargs="?", default="all")
+    return parser
+
+
+def _names(choice: str) -> tuple[str, ...]:
+    return TOPOLOGIES if choice == "all" else (choice,)
+
+
+def _print_status(st: TopologyStatus) -> None:
+    table = Table(title=f"topology {st.topology}", title_justify="left")
+    for col in ("process", "port", "pid", "role", "repl offset", "detail"):
+        table.add_column(col)
+    for n in st.nodes:
+        offset = "" if n.offset is None else str(n.offset)
+        table.add_row(n.name, str(n.port), str(n.pid or "-"), n.role, offset, n.detail)
+    for s in st.sentinels:
+        master = f"master at {s.master[0]}:{s.master[1]}" if s.master else "no answer"
+        table.add_row(s.name, str(s.port), str(s.pid or "-"), "sentinel", "", master)
+    console.print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "up":
+        topo = Topology.from_env(args.topology)
+        before = [p.pid() for p in topo.processes]
+        addrs = topo.ensure()
+        verb = "reused" if all(before) else "started"
+        console.print(f"{args.topology}: {verb}; master {addrs.url}")
+        if addrs.sentinels:
+            listed = ", ".join(f"{h}:{p}" for h, p in addrs.sentinels)
+            console.print(f"sentinels {listed}, master name {addrs.master_name}")
+        return 0
+    if args.command == "status":
+        shown = [status for name in _names(args.topology) if (status := Topology.from_env(name).status()).running]
+        for status in shown:
+            _print_status(status)
+        if not shown:
+            console.print("no topology is running (start one with 'make up', 'make up-aof' or 'make up-sentinel')")
+        return 0
+    if args.command == "failover":
+        topo = Topology.from_env("sentinel")
+        kind = "kill -9 of the master" if args.hard else "SENTINEL FAILOVER"
+        console.print(f"failover by {kind} ...")
+        result = topo.failover(hard=args.hard, timeout_s=args.timeout_s, restart_old=not args.no_restart)
+        old, new = result.old_master, result.new_master
+        console.print(
+            f"promoted {new[0]}:{new[1]} (was {old[0]}:{old[1]}) in {result.elapsed_s:.2f} s, "
+            "as reported by a quorum of sentinels"
+        )
+        if args.hard and not args.no_restart:
+            console.print(f"restarted {old[0]}:{old[1]}; the sentinels made it a replica of {new[0]}:{new[1]}")
+        return 0
+    stopped: list[int] = []
+    for name in _names(args.topology):
+        stopped += Topology.from_env(name).stop()
+    console.print(f"stopped {len(stopped)} process(es)" + (f": pids {stopped}" if stopped else ""))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except LauncherError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

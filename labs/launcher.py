@@ -1,0 +1,53 @@
+"""The launcher's Python API, for notebooks, labs and tests.
+
+>>> from labs import launcher
+>>> addrs = launcher.ensure("sentinel")      # start or reuse; returns the addresses
+>>> launcher.failover(hard=True)             # kill -9 the master, wait for a quorum
+>>> launcher.status("sentinel").nodes        # roles and replication offsets
+>>> launcher.stop("sentinel")                # stop every process it started
+
+Ports and the run directory follow :mod:`labs.ports` and ``$LAB_RUN_DIR``; tests set those
+variables so that notebook kernels started by nbval use free ports too.
+"""
+
+from __future__ import annotations
+
+from labs.errors import LauncherError
+from labs.topology import (
+    Addresses,
+    FailoverResult,
+    Topology,
+    TopologyStatus,
+)
+
+__all__ = [
+    "Addresses",
+    "FailoverResult",
+    "LauncherError",
+    "Topology",
+    "TopologyStatus",
+    "ensure",
+    "failover",
+    "status",
+    "stop",
+]
+
+
+def ensure(name: str = "single") -> Addresses:
+    """Start the topology ``single``, ``aof`` or ``sentinel`` (or reuse it) and return its addresses."""
+    return Topology.from_env(name).ensure()
+
+
+def status(name: str = "single") -> TopologyStatus:
+    """Roles, ports, replication offsets and the master each sentinel reports."""
+    return Topology.from_env(name).status()
+
+
+def failover(*, hard: bool = False, timeout_s: float = 30.0, restart_old: bool = True) -> FailoverResult:
+    """Fail the ``sentinel`` topology over; returns once a quorum reports the new master."""
+    return Topology.from_env("sentinel").failover(hard=hard, timeout_s=timeout_s, restart_old=restart_old)
+
+
+def stop(name: str = "single") -> list[int]:
+    """Stop every process of the topology by pid; returns the pids that were stopped."""
+    return Topology.from_env(name).stop()

@@ -1,0 +1,58 @@
+"""Default ports of the native topologies, their environment overrides, and port probes.
+
+The defaults stay away from 6379 so that a student's own Redis is never touched.
+
+| topology | role | default | variable |
+|---|---|---|---|
+| single | redis-server | 6390 | ``LAB_SINGLE_PORT`` |
+| aof | redis-server | 6391 | ``LAB_AOF_PORT`` |
+| sentinel | master, replica | 6392, 6393 | ``LAB_SENTINEL_MASTER_PORT``, ``LAB_SENTINEL_REPLICA_PORT`` |
+| sentinel | three sentinels | 26390-26392 | ``LAB_SENTINEL_PORTS`` (comma-separated) |
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from labs.errors import LauncherError
+
+SINGLE_PORT_VAR = "LAB_SINGLE_PORT"
+AOF_PORT_VAR = "LAB_AOF_PORT"
+MASTER_PORT_VAR = "LAB_SENTINEL_MASTER_PORT"
+REPLICA_PORT_VAR = "LAB_SENTINEL_REPLICA_PORT"
+SENTINEL_PORTS_VAR = "LAB_SENTINEL_PORTS"
+
+DEFAULTS: dict[str, str] = {
+    SINGLE_PORT_VAR: "6390",
+    AOF_PORT_VAR: "6391",
+    MASTER_PORT_VAR: "6392",
+    REPLICA_PORT_VAR: "6393",
+    SENTINEL_PORTS_VAR: "26390,26391,26392",
+}
+
+
+def from_env(var: str) -> list[int]:
+    """Read one port (or a comma-separated list) from ``var``, else its default."""
+    raw = os.environ.get(var) or DEFAULTS[var]
+    try:
+        ports = [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError:
+        raise LauncherError(f"{var}={raw!r} is not a port number (or a comma-separated list)") from None
+    if not ports or any(not 0 < p < 65536 for p in ports):
+        raise LauncherError(f"{var}={raw!r} is not a valid port")
+    return ports
+
+
+def free_port() -> int:
+    """Ask the kernel for a port nobody listens on (for tests that run beside a lab)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0

@@ -1,0 +1,184 @@
+"""One Redis process started by the launcher: its config, log, pid file and lifecycle.
+
+Processes run in their own session, so they outlive the Python process that started
+them (``make up`` returns, the servers stay). They are tracked by pid file, and a pid
+file whose process is gone, or belongs to something else, is treated as stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from labs.errors import LauncherError
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.05
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` runs and is not a zombie (reaping it if it is our child)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.exists():
+        with contextlib.suppress(OSError, IndexError):
+            return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def is_redis(pid: int) -> bool:
+    """True when ``pid`` looks like a redis process (always true where /proc is absent)."""
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not cmdline.exists():
+        return sys.platform != "linux"
+    with contextlib.suppress(OSError):
+        return b"redis" in cmdline.read_bytes()
+    return False
+
+
+def log_tail(path: Path, lines: int = 8) -> str:
+    """The last lines of a log, joined with `` | `` so that an error stays one line."""
+    if not path.exists():
+        return "(no log written)"
+    text = path.read_text(errors="replace").strip().splitlines()[-lines:]
+    return " | ".join(line.strip() for line in text if line.strip()) or "(empty log)"
+
+
+def command(client: redis.Redis, *args: str) -> Any:
+    """Run a raw command (``SENTINEL ...``) that redis-py has no typed method for."""
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+@dataclass(frozen=True)
+class RedisProcess:
+    """A ``redis-server`` or ``redis-sentinel`` on 127.0.0.1:``port`` under ``home``."""
+
+    name: str
+    port: int
+    home: Path
+    binary: str
+
+    @property
+    def conf(self) -> Path:
+        return self.home / f"{self.name}.conf"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.home / f"{self.name}.pid"
+
+    @property
+    def logfile(self) -> Path:
+        return self.home / f"{self.name}.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / f"{self.name}-data"
+
+    def pid(self) -> int | None:
+        """The pid from the pid file when that process still runs; a stale file is removed."""
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        if pid_alive(pid) and is_redis(pid):
+            return pid
+        log.info("removing stale pid file %s (pid %s is gone)", self.pidfile, pid)
+        self.pidfile.unlink(missing_ok=True)
+        return None
+
+    def client(self, timeout_s: float = 1.0) -> redis.Redis:
+        """A short-timeout client for probes; the caller closes it."""
+        return redis.Redis(
+            host="127.0.0.1",
+            port=self.port,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            decode_responses=True,
+        )
+
+    def ping(self) -> bool:
+        with contextlib.closing(self.client(0.5)) as client:
+            try:
+                return bool(client.ping())
+            except redis.RedisError:
+                return False
+
+    def start(self, port_var: str) -> int:
+        """Start the process from its config and wait until it answers PING."""
+        from labs import ports  # local: keeps the module graph flat
+
+        if ports.in_use(self.port):
+            raise LauncherError(
+                f"port {self.port} is in use by another process; "
+                f"set {port_var} to a free port (or stop what listens there)"
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.logfile.open("ab") as out:
+            proc = subprocess.Popen(
+                [self.binary, str(self.conf)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.home,
+            )
+        self.pidfile.write_text(f"{proc.pid}\n")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.pidfile.unlink(missing_ok=True)
+                raise LauncherError(
+                    f"{self.name} (port {self.port}) exited with code {proc.returncode} at start; "
+                    f"{self.logfile}: {log_tail(self.logfile)}"
+                )
+            if self.ping():
+                log.info("started %s on port %s (pid %s)", self.name, self.port, proc.pid)
+                return proc.pid
+            time.sleep(POLL_S)
+        self.kill(signal.SIGKILL)
+        raise LauncherError(
+            f"{self.name} (port {self.port}) did not answer PING within {START_TIMEOUT_S:.0f} s; "
+            f"{self.logfile}: {log_tail(self.logfile)}"
+        )
+
+    def kill(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """Send ``sig`` and wait until the process is gone; return the pid it had."""
+        pid = self.pid()
+        if pid is None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while pid_alive(pid):
+            if time.monotonic() > deadline:
+                if sig == signal.SIGKILL:
+                    raise LauncherError(f"{self.name} (pid {pid}) survived SIGKILL")
+                log.warning("%s (pid %s) ignored signal %s; sending SIGKILL", self.name, pid, sig)
+                os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + timeout_s
+                sig = signal.SIGKILL
+            time.sleep(POLL_S)
+        self.pidfile.unlink(missing_ok=True)
+        return pid

@@ -1,0 +1,151 @@
+"""Test harness: find a Redis once per session, export it, and give each test its own keys.
+
+Redis is resolved in ``pytest_sessionstart`` in this order:
+
+1. ``REDIS_URL`` when it is set;
+2. a ``redis-server`` spawned by the launcher on a free port;
+3. a testcontainers ``RedisContainer`` (pinned image) when a Docker daemon answers;
+4. otherwise every test that needs Redis is skipped, and the reason is printed.
+
+The session also points ``LAB_RUN_DIR`` and the ``LAB_*_PORT`` variables at a temporary
+directory and free ports, so that notebooks run by nbval (whose kernels inherit the
+environment but never see fixtures) start their topologies beside any running lab.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from labs import ports
+from labs.errors import LauncherError
+from labs.topology import Topology, iter_topologies
+
+REDIS_IMAGE = "redis:7.0.15"
+
+
+class _Session:
+    url: str | None = None
+    source: str = ""
+    skip_reason: str = ""
+    run_dir: Path | None = None
+    container: Any = None
+
+
+def _free_ports_into_env() -> None:
+    for var in (ports.SINGLE_PORT_VAR, ports.AOF_PORT_VAR, ports.MASTER_PORT_VAR, ports.REPLICA_PORT_VAR):
+        os.environ[var] = str(ports.free_port())
+    os.environ[ports.SENTINEL_PORTS_VAR] = ",".join(str(ports.free_port()) for _ in range(3))
+
+
+def _docker_redis() -> tuple[str | None, str]:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env().ping()
+    except Exception as exc:  # no daemon, no socket, no client: all mean "no Docker"
+        return None, f"no Docker daemon answers ({type(exc).__name__})"
+    from testcontainers.community.redis import RedisContainer
+
+    container = RedisContainer(REDIS_IMAGE)
+    container.start()
+    _Session.container = container
+    host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
+    return f"redis://{host}:{port}/0", f"testcontainers {REDIS_IMAGE}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _Session.run_dir = Path(tempfile.mkdtemp(prefix="redis-workbook-tests-"))
+    os.environ["LAB_RUN_DIR"] = str(_Session.run_dir)
+    _free_ports_into_env()
+    if url := os.environ.get("REDIS_URL"):
+        _Session.url, _Session.source = url, "REDIS_URL"
+        return
+    try:
+        _Session.url = Topology.from_env("single").ensure().url
+        _Session.source = "redis-server spawned by the launcher"
+    except LauncherError as exc:
+        native = str(exc)
+        url, why = _docker_redis()
+        if url is None:
+            _Session.skip_reason = f"no Redis: {native}; {why}"
+            return
+        _Session.url, _Session.source = url, why
+    os.environ["REDIS_URL"] = _Session.url
+
+
+def pytest_report_header() -> str:
+    if _Session.url:
+        return f"redis: {_Session.url} ({_Session.source}); lab files under {_Session.run_dir}"
+    return f"redis: none, tests that need it are skipped: {_Session.skip_reason}"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _Session.run_dir is not None:
+        for topo in iter_topologies(_Session.run_dir):
+            with contextlib.suppress(LauncherError):
+                topo.stop()
+        shutil.rmtree(_Session.run_dir, ignore_errors=True)
+    if _Session.container is not None:
+        _Session.container.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The session's Redis (see the module docstring); skips with the reason when there is none."""
+    if not _Session.url:
+        pytest.skip(_Session.skip_reason)
+    return _Session.url
+
+
+@pytest.fixture
+def key_prefix(request: pytest.FixtureRequest, redis_url: str) -> Iterator[str]:
+    """A prefix of this test's own; its keys are deleted afterwards (nothing is flushed)."""
+    name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
+    prefix = f"test:{name}:{uuid.uuid4().hex[:8]}:"
+    yield prefix
+    with contextlib.closing(redis.Redis.from_url(redis_url)) as client:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A synchronous client with decoded replies, closed after the test."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def topology_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Topology]]:
+    """Build and start topologies of this test's own on free ports; all are stopped afterwards."""
+    made: list[Topology] = []
+
+    def make(name: str = "single", *, down_after_ms: int = 1000) -> Topology:
+        if not shutil.which("redis-server"):
+            pytest.skip("redis-server is not installed (run 'make setup')")
+        topo = Topology.on_free_ports(name, tmp_path_factory.mktemp(name), down_after_ms=down_after_ms)
+        made.append(topo)
+        topo.ensure()
+        return topo
+
+    yield make
+    for topo in made:
+        topo.stop()
+
+
+@pytest.fixture
+def sentinel_topology(topology_factory: Callable[..., Topology]) -> Topology:
+    """Master, replica and three sentinels (quorum 2, down-after 1000 ms) on free ports."""
+    return topology_factory("sentinel")

@@ -1,0 +1,34 @@
+"""Finding the Redis binaries, and the one line a person gets when they are missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labs import binaries
+from labs.errors import LauncherError
+
+
+def test_redis_is_at_least_7(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_BIN_DIR", raising=False)
+    for name in binaries.BINARIES:
+        path = binaries.require(name)
+        assert binaries.version(path)[:2] >= (7, 0)
+
+
+def test_missing_binary_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("REDIS_BIN_DIR", str(tmp_path))
+    with pytest.raises(LauncherError) as err:
+        binaries.require("redis-server")
+    assert "redis-server not found" in str(err.value) and "install" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_too_old_redis_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "redis-server"
+    fake.write_text("#!/bin/sh\necho 'Redis server v=6.2.1 sha=0'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("REDIS_BIN_DIR", str(tmp_path))
+    with pytest.raises(LauncherError, match=r"Redis 6\.2\.1, the labs need >= 7\.0"):
+        binaries.require("redis-server")

@@ -1,0 +1,118 @@
+"""The launcher's topologies as real processes: up, status, down, reuse, failover, errors."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from labs.errors import LauncherError
+from labs.process import pid_alive
+from labs.topology import Topology
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _pids(topo: Topology) -> list[int]:
+    return [pid for proc in topo.processes if (pid := proc.pid()) is not None]
+
+
+def test_up_status_down_leaves_no_process(tmp_path: Path) -> None:
+    topo = Topology.on_free_ports("single", tmp_path)
+    addrs = topo.ensure()
+    pids = _pids(topo)
+    assert len(pids) == 1 and addrs.url.endswith(f":{topo.servers[0].port}/0")
+    (node,) = topo.status().nodes
+    assert node.role == "master" and node.pid == pids[0]
+    assert topo.stop() == pids
+    assert not any(pid_alive(pid) for pid in pids)
+    assert not topo.status().running
+
+
+def test_up_twice_reuses_the_running_processes(tmp_path: Path) -> None:
+    topo = Topology.on_free_ports("aof", tmp_path)
+    try:
+        topo.ensure()
+        first = _pids(topo)
+        topo.ensure()
+        assert _pids(topo) == first
+    finally:
+        topo.stop()
+
+
+def test_stale_pid_file_is_cleaned_up(tmp_path: Path) -> None:
+    topo = Topology.on_free_ports("single", tmp_path)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    server = topo.servers[0]
+    server.home.mkdir(parents=True)
+    server.pidfile.write_text(gone.stdout)
+    try:
+        topo.ensure()
+        assert server.pid() not in (None, int(gone.stdout))
+    finally:
+        topo.stop()
+
+
+def test_foreign_process_on_the_port_is_one_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        topo = Topology.create("single", tmp_path, server_ports=[port], port_vars={port: "LAB_SINGLE_PORT"})
+        with pytest.raises(LauncherError) as err:
+            topo.ensure()
+    message = str(err.value)
+    assert f"port {port} is in use" in message and "LAB_SINGLE_PORT" in message
+    assert "\n" not in message
+
+
+def test_process_that_dies_at_start_shows_its_log(tmp_path: Path) -> None:
+    topo = Topology.on_free_ports("single", tmp_path)
+    bad = Topology.create(
+        "single", tmp_path, server_ports=[topo.servers[0].port], extra_config=("maxmemory-policy bogus",)
+    )
+    with pytest.raises(LauncherError) as err:
+        bad.ensure()
+    assert "exited with code" in str(err.value) and "maxmemory-policy" in str(err.value)
+    assert not _pids(bad)
+
+
+@pytest.mark.failover
+@pytest.mark.parametrize("hard", [False, True], ids=["graceful", "kill-9"])
+def test_failover_promotes_the_replica(sentinel_topology: Topology, hard: bool) -> None:
+    old = sentinel_topology.master_addr()
+    replica = next(p.port for p in sentinel_topology.servers if p.port != old[1])
+    result = sentinel_topology.failover(hard=hard, restart_old=False)
+    assert result.old_master == old
+    assert result.new_master == ("127.0.0.1", replica)
+    views = sentinel_topology.sentinel_views()
+    assert sum(view == result.new_master for view in views) >= 2
+    roles = {n.port: n.role for n in sentinel_topology.status().nodes}
+    assert roles[replica] == "master"
+    if hard:
+        assert roles[old[1]] == "down"
+
+
+@pytest.mark.failover
+def test_hard_failover_brings_the_old_master_back_as_replica(
+    topology_factory: Callable[..., Topology],
+) -> None:
+    topo = topology_factory("sentinel")
+    result = topo.failover(hard=True, restart_old=True)
+    roles = {n.port: n.role for n in topo.status().nodes}
+    assert roles[result.new_master[1]] == "master"
+    assert roles[result.old_master[1]] == "slave"
+
+
+def test_sentinel_needs_a_replica_and_three_sentinels(tmp_path: Path) -> None:
+    with pytest.raises(LauncherError, match="three sentinels"):
+        Topology.create("sentinel", tmp_path, server_ports=[7001, 7002], sentinel_ports=[7003])
+
+
+def test_unknown_topology_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(LauncherError, match="unknown topology"):
+        Topology.create("cluster", tmp_path, server_ports=[7001])
