@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help setup redis-bin up up-aof up-sentinel failover failover-hard status down \
-        jupyter test lint clean
+        jupyter test lint clean bench lab-1 check-lab-1 kit
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -52,6 +52,18 @@ down: setup ## stop every Redis process the launcher started
 
 jupyter: setup ## JupyterLab on notebooks/
 	@$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+lab-1: setup ## lab 1: streams worker + rescuer, persistence, XADD latency (QUICK=1, IMPL=my_lab1.py)
+	@$(PY) -m labs.lab1_run $(if $(QUICK),--quick) $(if $(IMPL),--impl $(IMPL)) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
+
+check-lab-1: setup ## lab 1's checks against your code: make check-lab-1 IMPL=my_lab1.py
+	@$(PY) -m labs.check_lab1 --impl $(or $(IMPL),solutions.lab1) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
+
+kit: setup ## regenerate the student starters from solutions/
+	@$(PY) -m labs.kit --write
+
+bench: setup ## the worker against the raw redis-py ceiling, in one run (about 5 minutes)
+	@$(PY) -m labs.bench $(BENCH_ARGS)
 
 lint: setup ## ruff and mypy
 	@$(VENV)/bin/ruff check .

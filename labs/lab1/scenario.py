@@ -1,0 +1,243 @@
+"""Lab 1's scenario: a producer, ``billing-1`` and ``billing-2``, a rescuer, all as threads.
+
+:func:`run_scenario` drives an implementation module (the reference ``solutions.lab1`` or a
+student's file with the same functions) against a real Redis:
+
+1. ``ensure_group``; the producer calls ``produce_one`` every ``produce_interval_ms``;
+2. each consumer calls ``consume_once`` in a loop; the rescuer calls ``rescue_once`` every
+   ``rescue_interval_ms`` with ``min_idle_ms``, keeping its cursor between rounds;
+3. after ``produce_s`` the producer stops and the run drains: it waits (with a deadline)
+   until every sent event was processed and XPENDING is empty, then stops the threads.
+
+The work (``handle``) is the scenario's: it fails the first attempt at every
+``fail_every``-th event and records every call, including whether the message was still
+in the PEL at that moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+import redis
+
+from labs.lab1.record import Recorder, Sample, ScenarioResult
+from labs.lab1.settings import Lab1Settings
+
+log = logging.getLogger(__name__)
+
+CONSUMERS = ("billing-1", "billing-2")
+RESCUER = "rescuer"
+ERROR_BACKOFF_S = 0.2
+
+Progress = Callable[[str, Sample], None]
+
+
+class SimulatedFailure(RuntimeError):
+    """The lab's planned failure of the work: the message must stay in the PEL."""
+
+
+class Work:
+    """The simulated work: records each call; the first attempt at every n-th event fails."""
+
+    def __init__(self, client: redis.Redis, stream: str, group: str, fail_every: int, rec: Recorder) -> None:
+        self.client, self.stream, self.group = client, stream, group
+        self.fail_every, self.rec = fail_every, rec
+        self._attempts: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def in_pel(self, msg_id: str) -> bool:
+        """``XPENDING stream group msg_id msg_id 1``: is the message still unacknowledged?"""
+        return bool(self.client.xpending_range(self.stream, self.group, min=msg_id, max=msg_id, count=1))
+
+    def __call__(self, msg_id: str, fields: Mapping[str, str], worker: str) -> None:
+        counter = int(fields["counter"])
+        in_pel = self.in_pel(msg_id)
+        with self._lock:
+            attempt = self._attempts[counter] = self._attempts.get(counter, 0) + 1
+        fails = counter % self.fail_every == 0 and attempt == 1
+        self.rec.add_handled(counter, msg_id, worker, ok=not fails, in_pel=in_pel)
+        if fails:
+            raise SimulatedFailure(f"simulated failure of event #{counter} (every {self.fail_every}th)")
+
+
+def _client(url: str, settings: Lab1Settings) -> redis.Redis:
+    return redis.Redis.from_url(
+        url, decode_responses=True, socket_timeout=settings.socket_timeout_s, socket_connect_timeout=5.0
+    )
+
+
+def _loop(
+    name: str, stop: threading.Event, rec: Recorder, step: Callable[[], Any], pause_s: float = 0.0
+) -> None:
+    """Call ``step`` until ``stop``; errors are recorded and backed off, a stub ends the loop."""
+    while not stop.is_set():
+        try:
+            step()
+        except NotImplementedError as exc:
+            rec.add_error(name, exc)
+            return
+        except Exception as exc:
+            rec.add_error(name, exc)
+            stop.wait(ERROR_BACKOFF_S)
+        if pause_s:
+            stop.wait(pause_s)
+
+
+class Scenario:
+    """The threads of one run; :func:`run_scenario` is the way to use it."""
+
+    def __init__(self, impl: ModuleType, url: str, settings: Lab1Settings, stream: str, group: str) -> None:
+        self.impl, self.url, self.s = impl, url, settings
+        self.stream, self.group = stream, group
+        self.rec = Recorder()
+        self.probe = _client(url, settings)
+        self.work = Work(_client(url, settings), stream, group, settings.fail_every, self.rec)
+        self.produced = threading.Event()
+        self.stop = threading.Event()
+        self.cursor = "0-0"
+
+    def ensure_group(self) -> None:
+        try:
+            self.impl.ensure_group(_client(self.url, self.s), self.stream, self.group)
+        except Exception as exc:
+            self.rec.add_error("ensure_group", exc)
+        with contextlib.suppress(redis.ResponseError):  # BUSYGROUP: the implementation made it
+            self.probe.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+
+    def produce(self) -> None:
+        try:
+            self._produce_all(_client(self.url, self.s))
+        finally:
+            self.produced.set()
+
+    def _produce_all(self, client: redis.Redis) -> None:
+        interval_s = self.s.produce_interval_ms / 1000
+        next_t = time.monotonic()
+        for counter in range(1, self.s.messages + 1):
+            if self.stop.wait(max(0.0, next_t - time.monotonic())):
+                break
+            next_t += interval_s
+            try:
+                msg_id = self.impl.produce_one(client, self.stream, counter, maxlen=self.s.maxlen)
+            except NotImplementedError as exc:
+                self.rec.add_error("producer", exc)
+                break
+            except Exception as exc:
+                self.rec.add_send_error(counter, exc)
+                continue
+            self.rec.add_sent(counter, str(msg_id))
+
+    def consume(self, name: str) -> None:
+        client = _client(self.url, self.s)
+        kwargs = {"block_ms": self.s.block_ms, "count": self.s.count}
+        _loop(
+            name,
+            self.stop,
+            self.rec,
+            lambda: self.impl.consume_once(client, self.stream, self.group, name, self.work, **kwargs),
+        )
+
+    def rescue_round(self, client: redis.Redis) -> None:
+        cursor, entries = self.impl.rescue_once(
+            client,
+            self.stream,
+            self.group,
+            RESCUER,
+            self.work,
+            min_idle_ms=self.s.min_idle_ms,
+            count=100,
+            cursor=self.cursor,
+        )
+        self.cursor = str(cursor)
+        for e in entries:
+            self.rec.add_journal(
+                str(e.msg_id), str(e.from_consumer), str(e.to_consumer), int(e.deliveries), ok=bool(e.ok)
+            )
+
+    def rescue(self) -> None:
+        client = _client(self.url, self.s)
+        interval_s = self.s.rescue_interval_ms / 1000
+        while not self.stop.wait(interval_s):
+            try:
+                self.rescue_round(client)
+            except NotImplementedError as exc:
+                self.rec.add_error(RESCUER, exc)
+                return
+            except Exception as exc:
+                self.rec.add_error(RESCUER, exc)
+
+    def sample(self) -> Sample:
+        """``XLEN`` and the ``XPENDING`` summary (per consumer), recorded."""
+        length = int(self.probe.xlen(self.stream))
+        summary: dict[str, Any] = self.probe.xpending(self.stream, self.group)
+        by_consumer = {str(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
+        return self.rec.add_sample(length, by_consumer)
+
+    def drained(self, sample: Sample) -> bool:
+        """Nothing more can happen: the PEL is empty and every sent event reached the work.
+
+        (Reached, not succeeded: an implementation that acked a failed message leaves an empty
+        PEL and a lost event behind; waiting longer would not bring it back.)
+        """
+        sent = {s.counter for s in self.rec.sent}
+        return sample.pending == 0 and sent <= self.rec.handled_counters()
+
+    def start_threads(self) -> list[threading.Thread]:
+        targets: list[tuple[str, Callable[[], None]]] = [("producer", self.produce), (RESCUER, self.rescue)]
+        targets += [(name, functools.partial(self.consume, name)) for name in CONSUMERS]
+        threads = [threading.Thread(target=fn, name=f"lab1-{name}", daemon=True) for name, fn in targets]
+        for thread in threads:
+            thread.start()
+        return threads
+
+
+def run_scenario(
+    impl: ModuleType,
+    redis_url: str,
+    settings: Lab1Settings,
+    *,
+    stream: str,
+    group: str = "billing",
+    on_progress: Progress | None = None,
+) -> ScenarioResult:
+    """Run the lab's scenario against ``impl`` on ``redis_url``; ``stream`` is deleted first."""
+    sc = Scenario(impl, redis_url, settings, stream, group)
+    sc.probe.delete(stream)
+    sc.ensure_group()
+    result = ScenarioResult(settings, stream, group, sc.rec)
+    threads = sc.start_threads()
+    pause_s = settings.sample_interval_ms / 1000
+    started = time.monotonic()
+    try:
+        while not sc.produced.wait(pause_s):
+            _report(on_progress, "produce", sc.sample())
+        result.produce_s = time.monotonic() - started
+        deadline = time.monotonic() + settings.drain_timeout_s
+        sample = sc.sample()
+        while not sc.drained(sample) and time.monotonic() < deadline:
+            _report(on_progress, "drain", sample)
+            time.sleep(pause_s)
+            sample = sc.sample()
+        result.drained = sc.drained(sample)
+        _report(on_progress, "done", sample)
+        result.drain_s = time.monotonic() - started - result.produce_s
+    finally:
+        sc.stop.set()
+        for thread in threads:
+            thread.join(timeout=settings.socket_timeout_s + 1)
+    final = sc.sample()
+    result.pending_end, result.pending_end_by_consumer = final.pending, final.pending_by_consumer
+    result.length_end = final.length
+    return result
+
+
+def _report(on_progress: Progress | None, phase: str, sample: Sample) -> None:
+    if on_progress is not None:
+        on_progress(phase, sample)

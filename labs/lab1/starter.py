@@ -1,0 +1,128 @@
+# Starter code for you to complete, generated from solutions/lab1.py
+# by `python -m labs.kit --write`. Copy it to a file of your own, replace each
+# `raise NotImplementedError(...)` with your code, and check it with
+# `make check-lab-1 IMPL=path/to/your_file.py`.
+# ruff: noqa: F401  (the reference's imports stay, though the cut-out parts used some)
+"""Lab 1 of module 1: a Redis Streams worker with a rescuer.
+
+Three roles share one stream and one consumer group:
+
+* the producer adds an ``order.paid`` event every 100 ms (``XADD ... MAXLEN ~ 1000``), with a
+  counter in the fields so that every event can be traced from send to processing;
+* the consumers ``billing-1`` and ``billing-2`` read with ``XREADGROUP ... BLOCK 2000`` and
+  acknowledge (``XACK``) only what they processed; a failed message stays in the PEL;
+* the rescuer («спасатель») runs ``XAUTOCLAIM`` every 5 s with a min idle of 3 s, re-processes
+  what it took over and writes a journal entry "who took whose message".
+
+The lab runner (``make lab-1``) drives these functions from threads and supplies ``handle``,
+the simulated work that fails on every 5th message. Only the functions are the student's
+work; loops, timing and checks belong to the runner. ``solutions/lab1.py`` is the reference
+answer; ``labs/lab1/starter.py`` is derived from it (``python -m labs.kit --write``), with
+each marked solution part replaced by a stub that states the task.
+
+The client passed in is a synchronous ``redis.Redis`` with ``decode_responses=True`` and a
+socket timeout longer than ``block_ms`` (otherwise an idle ``BLOCK`` reads as a dead socket).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+
+log = logging.getLogger(__name__)
+
+STREAM = "orders"
+GROUP = "billing"
+CONSUMERS = ("billing-1", "billing-2")
+RESCUER = "rescuer"
+
+Message = tuple[str, dict[str, str]]
+"""One stream entry as a decoded client returns it: ``(msg_id, fields)``."""
+ReadReply = list[tuple[str, list[Message]]]
+"""The ``XREADGROUP`` reply (RESP2, decoded): ``[(stream, [(msg_id, fields), ...])]``."""
+
+Handler = Callable[[str, Mapping[str, str], str], None]
+"""``handle(msg_id, fields, worker)``: does the work for one message; raises when the work failed."""
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One line of the rescuer's journal: ``to_consumer`` took ``msg_id`` from ``from_consumer``."""
+
+    msg_id: str
+    from_consumer: str
+    to_consumer: str
+    deliveries: int
+    ok: bool
+
+
+def order_fields(counter: int) -> dict[str, str]:
+    """The event body: an ``order.paid`` with a running ``counter`` (the thread to trace it by)."""
+    return {
+        "type": "order.paid",
+        "order_id": f"o-{counter}",
+        "amount": f"{counter % 97 + 1}.50",
+        "counter": str(counter),
+    }
+
+
+def ensure_group(client: redis.Redis, stream: str, group: str) -> bool:
+    """``XGROUP CREATE stream group 0 MKSTREAM``; returns False when the group already exists."""
+    raise NotImplementedError(
+        "create the group from id 0 with MKSTREAM; BUSYGROUP means it already exists"
+    )
+
+
+def produce_one(client: redis.Redis, stream: str, counter: int, *, maxlen: int = 1000) -> str:
+    """``XADD stream MAXLEN ~ maxlen * ...order_fields(counter)``; returns the new message id."""
+    raise NotImplementedError(
+        "XADD the order_fields(counter) with an approximate MAXLEN and return the id Redis gave"
+    )
+
+
+def consume_once(
+    client: redis.Redis,
+    stream: str,
+    group: str,
+    consumer: str,
+    handle: Handler,
+    *,
+    block_ms: int = 2000,
+    count: int = 10,
+) -> int:
+    """One ``XREADGROUP GROUP group consumer COUNT count BLOCK block_ms STREAMS stream >`` round.
+
+    Each message goes to ``handle``; ``XACK`` follows only when ``handle`` returned. A message
+    whose handling raised is left in the PEL, where the rescuer finds it. An empty reply (the
+    ``BLOCK`` timed out) is normal. Returns how many messages were processed and acknowledged.
+    """
+    raise NotImplementedError(
+        "XREADGROUP new messages ('>') with BLOCK; handle each, XACK only after handle succeeded"
+    )
+
+
+def rescue_once(
+    client: redis.Redis,
+    stream: str,
+    group: str,
+    rescuer: str,
+    handle: Handler,
+    *,
+    min_idle_ms: int = 3000,
+    count: int = 100,
+    cursor: str = "0-0",
+) -> tuple[str, list[JournalEntry]]:
+    """One rescuer round: ``XPENDING`` (who holds what), ``XAUTOCLAIM``, re-process, ``XACK``.
+
+    ``XAUTOCLAIM stream group rescuer min_idle_ms cursor COUNT count`` moves the messages idle
+    for at least ``min_idle_ms`` to ``rescuer``. It does not say whose they were, so the owners
+    are read first with ``XPENDING stream group IDLE min_idle_ms cursor + count``. Returns the
+    cursor for the next round (``0-0`` once the PEL was scanned to its end) and the journal.
+    """
+    raise NotImplementedError(
+        "owners via XPENDING IDLE, then XAUTOCLAIM; handle + XACK each; journal who took whose"
+    )

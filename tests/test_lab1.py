@@ -1,0 +1,87 @@
+"""Lab 1: the reference functions on a real Redis, and the quick lab run with its invariants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+
+from labs import lab1_run
+from solutions import lab1
+
+
+def _fail(msg_id: str, fields: object, worker: str) -> None:
+    raise RuntimeError("simulated failure")
+
+
+def _ok(msg_id: str, fields: object, worker: str) -> None:
+    return None
+
+
+def test_consumer_acks_only_what_it_processed(redis_client: redis.Redis, key_prefix: str) -> None:
+    stream = f"{key_prefix}orders"
+    assert lab1.ensure_group(redis_client, stream, "billing") is True
+    assert lab1.ensure_group(redis_client, stream, "billing") is False  # BUSYGROUP is fine
+    lab1.produce_one(redis_client, stream, 1)
+    assert lab1.consume_once(redis_client, stream, "billing", "billing-1", _fail, block_ms=100) == 0
+    assert redis_client.xpending(stream, "billing")["pending"] == 1
+    lab1.produce_one(redis_client, stream, 2)
+    assert lab1.consume_once(redis_client, stream, "billing", "billing-2", _ok, block_ms=100) == 1
+    assert redis_client.xpending(stream, "billing")["pending"] == 1
+    assert redis_client.xlen(stream) == 2  # XACK does not delete
+
+
+def test_rescuer_journals_whose_message_it_took(redis_client: redis.Redis, key_prefix: str) -> None:
+    stream = f"{key_prefix}orders"
+    lab1.ensure_group(redis_client, stream, "billing")
+    first = lab1.produce_one(redis_client, stream, 1)
+    second = lab1.produce_one(redis_client, stream, 2)
+    lab1.consume_once(redis_client, stream, "billing", "billing-1", _fail, block_ms=100, count=1)
+    lab1.consume_once(redis_client, stream, "billing", "billing-2", _fail, block_ms=100, count=1)
+    redis_client.xdel(stream, second)  # trimmed while pending: XAUTOCLAIM reports and drops it
+    cursor, journal = lab1.rescue_once(redis_client, stream, "billing", "rescuer", _ok, min_idle_ms=0)
+    assert cursor == "0-0"
+    assert [(j.msg_id, j.from_consumer, j.to_consumer, j.deliveries, j.ok) for j in journal] == [
+        (first, "billing-1", "rescuer", 2, True)
+    ]
+    assert redis_client.xpending(stream, "billing")["pending"] == 0
+
+
+def test_rescuer_leaves_a_young_message_alone(redis_client: redis.Redis, key_prefix: str) -> None:
+    stream = f"{key_prefix}orders"
+    lab1.ensure_group(redis_client, stream, "billing")
+    lab1.produce_one(redis_client, stream, 1)
+    lab1.consume_once(redis_client, stream, "billing", "billing-1", _fail, block_ms=100)
+    _, journal = lab1.rescue_once(redis_client, stream, "billing", "rescuer", _ok, min_idle_ms=60_000)
+    assert journal == []
+    assert redis_client.xpending(stream, "billing")["pending"] == 1
+
+
+@pytest.mark.slow
+def test_quick_lab_passes_and_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --smoke: the course's timings scaled down (seconds); on the lab's aof topology, which
+    # the test session points at free ports.
+    assert lab1_run.main(["--smoke", "--reports-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "all checks passed" in out and "Bonus: XADD latency" in out
+    (folder,) = tmp_path.iterdir()
+    assert folder.name.startswith("lab1-")
+    assert {"report.json", "report.md", "report.html", "producer-log.jsonl", "work-log.jsonl"} <= {
+        p.name for p in folder.iterdir()
+    }
+    report = json.loads((folder / "report.json").read_text())
+    assert report["passed"] is True
+    assert len(report["checks"]) == 6
+    sent = [json.loads(line) for line in (folder / "producer-log.jsonl").read_text().splitlines()]
+    work = [json.loads(line) for line in (folder / "work-log.jsonl").read_text().splitlines()]
+    assert {s["counter"] for s in sent} == {w["counter"] for w in work if w["ok"]}
+    failed = {w["counter"] for w in work if not w["ok"]}
+    assert failed and all(c % 5 == 0 for c in failed)
+    assert {j["counter"] for j in report["data"]["journal"] if j["ok"]} == failed
+    survival = {r["topology"]: r for r in report["data"]["persistence"]}
+    assert survival["single"]["survived"] == 0 and survival["aof"]["lost"] == 0
+    assert set(report["data"]["latency"]) == {"no MAXLEN", "MAXLEN ~ 10000", "MAXLEN = 10000"}
+    html = (folder / "report.html").read_text()
+    assert html.count('class="plotly-graph-div"') == 3
