@@ -181,4 +181,15 @@ class RedisProcess:
                 sig = signal.SIGKILL
             time.sleep(POLL_S)
         self.pidfile.unlink(missing_ok=True)
+        self._wait_port_closed(deadline)
         return pid
+
+    def _wait_port_closed(self, deadline: float) -> None:
+        # A killed redis-server's main thread can be reaped while its other threads still hold
+        # the listening socket for a few milliseconds; a restart then would find the port busy.
+        from labs import ports
+
+        while self.port and ports.in_use(self.port):
+            if time.monotonic() > deadline:
+                raise LauncherError(f"{self.name}: port {self.port} stayed open after the process died")
+            time.sleep(POLL_S / 5)

@@ -189,6 +189,8 @@ class Topology:
             'save ""',
             f"appendonly {'yes' if persist else 'no'}",
             "appendfsync everysec",
+            # Start a replica's full sync at once (the default waits 5 s to batch replicas).
+            "repl-diskless-sync-delay 0",
         ]
         if replica_of is not None:
             lines.append(f"replicaof 127.0.0.1 {replica_of}")
@@ -316,12 +318,17 @@ class Topology:
         assert master is not None
         with contextlib.closing(self.server(master[1]).client()) as client:
             try:
-                linked = int(client.info("replication").get("connected_slaves", 0))
+                replication = client.info("replication")
             except redis.RedisError as exc:
                 return f"master {master} does not answer: {exc}"
         expected = len([p for p in self.servers if p.pid()]) - 1
-        if linked < expected:
-            return f"master {master} has {linked} of {expected} replicas linked"
+        online = sum(
+            1
+            for key, value in replication.items()
+            if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+        )
+        if online < expected:
+            return f"master {master} has {online} of {expected} replicas synced (state=online)"
         for proc in self.sentinels:
             with contextlib.closing(proc.client()) as client:
                 try:
@@ -350,12 +357,12 @@ class Topology:
             self.server(old[1]).kill(signal.SIGKILL)
         else:
             self._ask_failover(started + timeout_s)
-        new = self._wait_new_master(old, started + timeout_s)
+        new = self.wait_new_master(old, started + timeout_s)
         elapsed_s = time.monotonic() - started
         if hard and restart_old:
             # Restart only once every sentinel has switched: a sentinel still mid-failover
             # that sees the old master answer again would demote the promoted replica.
-            self._wait_switched(new, started + timeout_s)
+            self.wait_switched(new, started + timeout_s)
             old_proc = self.server(old[1])
             old_proc.start(self.port_vars.get(old_proc.port, "the launcher's port settings"))
             self.wait_ready(timeout_s)
@@ -374,14 +381,16 @@ class Topology:
             time.sleep(0.2)
         raise LauncherError(f"no sentinel accepted SENTINEL FAILOVER: {last}")
 
-    def _wait_switched(self, new: Address, deadline: float) -> None:
+    def wait_switched(self, new: Address, deadline: float) -> None:
+        """Poll until every sentinel has switched to ``new``, finished, and pinged it."""
         while time.monotonic() < deadline:
             if all(_switched(proc, new) for proc in self.sentinels):
                 return
             time.sleep(POLL_S)
         raise LauncherError(f"the sentinels did not all switch to {new[0]}:{new[1]} in time")
 
-    def _wait_new_master(self, old: Address, deadline: float) -> Address:
+    def wait_new_master(self, old: Address, deadline: float) -> Address:
+        """Poll until a quorum of sentinels reports a master other than ``old`` (``time.monotonic`` deadline)."""
         views: list[Address | None] = []
         while time.monotonic() < deadline:
             views = self.sentinel_views()
