@@ -1,0 +1,61 @@
+"""The ceiling: the fastest plain ``redis.asyncio`` consumer, and the pre-produced events.
+
+The ceiling reads with XREADGROUP COUNT 100, does nothing per message, and acks each batch
+with one XACK carrying all its ids. Any real worker does at least this much Redis work per
+message, so its throughput divided by this one is the fraction of the ceiling it reaches.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+PRODUCE_BATCH = 1000
+CEILING_COUNT = 100
+BLOCK_MS = 1000
+
+
+def order_fields(i: int) -> dict[str, str]:
+    """The billing message shape from DESIGN.md, with a unique event_id."""
+    return {
+        "type": "order.paid",
+        "order_id": f"o-{i % 1000}",
+        "amount": f"{(i % 500) + 1}.50",
+        "event_id": f"evt-{i}-{uuid.uuid4().hex[:8]}",
+    }
+
+
+def produce(url: str, stream: str, n: int, group: str = "billing") -> None:
+    """Put ``n`` events into a fresh ``stream`` with pipelined XADDs, and create ``group`` at 0."""
+    with redis.Redis.from_url(url) as client:
+        client.delete(stream)
+        for start in range(0, n, PRODUCE_BATCH):
+            pipe = client.pipeline(transaction=False)
+            for i in range(start, min(n, start + PRODUCE_BATCH)):
+                pipe.xadd(stream, order_fields(i))
+            pipe.execute()
+        client.xgroup_create(stream, group, id="0")
+
+
+async def ceiling(url: str, stream: str, n: int, group: str = "billing") -> float:
+    """Consume ``n`` pre-produced events the fastest simple way; returns messages per second."""
+    client = aioredis.Redis.from_url(url)
+    done = 0
+    started = time.perf_counter()
+    try:
+        while done < n:
+            reply: Any = await client.xreadgroup(group, "ceiling", {stream: ">"}, count=CEILING_COUNT, block=BLOCK_MS)
+            if not reply:
+                raise RuntimeError(f"ceiling: the stream ran dry after {done} of {n} messages")
+            ids = [msg_id for msg_id, _fields in reply[0][1]]
+            for _msg_id, _fields in reply[0][1]:
+                pass  # the no-op handler
+            await client.xack(stream, group, *ids)
+            done += len(ids)
+    finally:
+        await client.aclose()
+    return n / (time.perf_counter() - started)

@@ -1,0 +1,66 @@
+"""Bench results: rows of repeated measurements, targets, the rich table and the JSON file."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+
+@dataclass
+class Row:
+    """One line of the table: a figure measured ``len(values)`` times."""
+
+    section: str
+    name: str
+    unit: str
+    values: list[float] = field(default_factory=list)
+    ratio: float | None = None
+    ratio_of: str = ""
+    target: str = ""
+    met: bool | None = None
+    note: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data |= {"median": self.median, "min": min(self.values, default=None), "max": max(self.values, default=None)}
+        return data
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "msgs/s":
+        return f"{value:,.0f}"
+    if unit == "µs":
+        return f"{value:,.1f}"
+    return f"{value:,.2f}"
+
+
+def table(rows: list[Row], title: str) -> Table:
+    out = Table(title=title, title_justify="left")
+    for col in ("section", "figure", "median", "min … max", "unit", "ratio", "target", "met"):
+        out.add_column(col, justify="right" if col in ("median", "ratio") else "left")
+    for row in rows:
+        spread = f"{_fmt(min(row.values), row.unit)} … {_fmt(max(row.values), row.unit)}" if row.values else ""
+        ratio = ""
+        if row.ratio is not None:
+            ratio = f"{row.ratio:+.2f} s {row.ratio_of}" if row.unit == "s" else f"{row.ratio:.2f}× {row.ratio_of}"
+        met = {True: "[green]yes[/]", False: "[red]no[/]", None: ""}[row.met]
+        median = _fmt(row.median, row.unit) if row.values else row.note
+        out.add_row(row.section, row.name, median, spread, row.unit, ratio, row.target, met)
+    return out
+
+
+def write_json(rows: list[Row], meta: dict[str, Any], out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"bench-{datetime.now():%Y%m%d-%H%M%S}.json"
+    path.write_text(json.dumps({"meta": meta, "rows": [r.as_dict() for r in rows]}, indent=2, default=str))
+    return path

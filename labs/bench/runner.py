@@ -1,0 +1,189 @@
+"""The bench's plan and its run: every measurement, interleaved, with targets attached."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import redis
+from rich.progress import Progress
+
+from labs.bench import ceiling, memory, producer, recovery, worker_runs
+from labs.bench.results import Row
+from labs.topology import Topology
+from solutions.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEDUPES = ("none", "redis", "sqlite")
+RATIO_TARGETS = {"none": 0.5, "redis": 0.3, "sqlite": 0.2}
+HANDLER_S = 0.05
+FAILOVER_GAP_S = 0.5
+RSS_GROWTH_MAX = 1.25
+
+
+@dataclass(frozen=True)
+class Plan:
+    events: int
+    reps: int
+    parallelism: tuple[int, ...]
+    concurrency_s: float
+    producer_n: int
+    latency_n: int
+    failover_rounds: int
+    memory_events: int
+
+
+FULL = Plan(100_000, 3, (8, 64, 256), 3.0, 20_000, 20_000, 3, 1_000_000)
+TINY = Plan(2_000, 1, (8,), 0.5, 500, 300, 1, 0)
+
+
+class Bench:
+    def __init__(self, url: str, plan: Plan, workdir: Path, progress: Progress) -> None:
+        self.url, self.plan, self.workdir, self.progress = url, plan, workdir, progress
+        self.rows: list[Row] = []
+
+    def _stream(self, name: str) -> str:
+        return f"bench:{name}"
+
+    def _drop(self, stream: str) -> None:
+        with redis.Redis.from_url(self.url) as client:
+            client.delete(stream)
+
+    async def _timed(self, name: str, run: Callable[[str], Awaitable[float]], n: int) -> float:
+        stream = self._stream(name)
+        await asyncio.to_thread(ceiling.produce, self.url, stream, n)
+        try:
+            return await run(stream)
+        finally:
+            await asyncio.to_thread(self._drop, stream)
+
+    async def _worker_rate(self, name: str, n: int, base: Settings) -> float:
+        return await self._timed(name, lambda stream: worker_runs.run_worker(replace(base, stream=stream), n), n)
+
+    async def throughput(self) -> None:
+        """The ceiling and the worker (dedupe none/redis/sqlite), interleaved A B C D A B C D ..."""
+        n = self.plan.events
+        ceiling_row = Row("consume", "ceiling: raw redis.asyncio, COUNT 100, one XACK per batch", "msgs/s")
+        rows = {d: Row("consume", f"reference worker, --dedupe {d}", "msgs/s") for d in DEDUPES}
+        task = self.progress.add_task("throughput", total=self.plan.reps * (1 + len(DEDUPES)))
+        for rep in range(self.plan.reps):
+            ceiling_row.values.append(await self._timed("ceiling", lambda s: ceiling.ceiling(self.url, s, n), n))
+            self.progress.advance(task)
+            for dedupe in DEDUPES:
+                base = worker_runs.bench_settings(
+                    self.url,
+                    dedupe=dedupe,
+                    ledger=self.workdir / f"ledger-{dedupe}-{rep}.sqlite3",
+                    parallelism=100,
+                    count=100,
+                )
+                rows[dedupe].values.append(await self._worker_rate(dedupe, n, base))
+                self.progress.advance(task)
+        self.rows.append(ceiling_row)
+        for dedupe, row in rows.items():
+            row.ratio, row.ratio_of = row.median / ceiling_row.median, "ceiling"
+            row.target = f"≥ {RATIO_TARGETS[dedupe]}× ceiling" + (" (stretch 0.8×)" if dedupe == "none" else "")
+            row.met = row.ratio >= RATIO_TARGETS[dedupe]
+            self.rows.append(row)
+
+    async def concurrency(self) -> None:
+        """A 50 ms handler at each parallelism, against the ideal parallelism / 0.05 s."""
+        task = self.progress.add_task("concurrency", total=len(self.plan.parallelism))
+        for par in self.plan.parallelism:
+            ideal = par / HANDLER_S
+            n = int(ideal * self.plan.concurrency_s)
+            ledger = self.workdir / f"ledger-par-{par}.sqlite3"
+            settings = worker_runs.bench_settings(
+                self.url, dedupe="none", ledger=ledger, parallelism=par, count=par, delay_ms=50
+            )
+            rate = await self._worker_rate(f"par{par}", n, settings)
+            row = Row("concurrency", f"50 ms handler, parallelism {par}", "msgs/s", [rate])
+            row.ratio, row.ratio_of = rate / ideal, f"ideal {ideal:,.0f}/s"
+            if par == 64:
+                row.target, row.met = "≥ 0.9 of ideal", row.ratio >= 0.9
+            self.rows.append(row)
+            self.progress.advance(task)
+
+    def producer_figures(self) -> None:
+        task = self.progress.add_task("producer", total=2 + 3)
+        n = self.plan.producer_n
+        one = Row("produce", "XADD one by one", "msgs/s", [producer.xadd_one_by_one(self.url, "bench:xadd1", n)])
+        self.progress.advance(task)
+        piped = Row(
+            "produce",
+            f"XADD pipelined, batches of {producer.PIPELINE_BATCH}",
+            "msgs/s",
+            [producer.xadd_pipelined(self.url, "bench:xaddp", n)],
+        )
+        piped.ratio, piped.ratio_of = piped.median / one.median, "one by one"
+        self.progress.advance(task)
+        self.rows += [one, piped]
+        for label, stats in producer.latency_cases(self.url, "bench:latency", self.plan.latency_n).items():
+            for name, value in (("p50", stats.p50_us), ("p99", stats.p99_us), ("p99.9", stats.p999_us)):
+                self.rows.append(Row("XADD latency", f"{label}, client {name}", "µs", [value]))
+            self.rows.append(Row("XADD latency", f"{label}, server usec_per_call", "µs", [stats.server_usec_per_call]))
+            self.progress.advance(task)
+
+    async def failover(self) -> None:
+        rounds = self.plan.failover_rounds
+        if rounds == 0:
+            return
+        task = self.progress.add_task("failover", total=rounds)
+        topo = Topology.on_free_ports("sentinel", self.workdir / "sentinel", down_after_ms=1000)
+        worker_row = Row("failover", "worker: kill -9 of the master → first charge", "s")
+        writer_row = Row("failover", "plain redis-py writer via Sentinel → first XADD", "s")
+        promoted_row = Row("failover", "kill -9 → quorum reports the new master", "s")
+        try:
+            await asyncio.to_thread(topo.ensure)
+            for i in range(rounds):
+                got = await recovery.one_failover(topo, self.workdir / f"ledger-fo-{i}.sqlite3", f"bench:fo{i}")
+                worker_row.values.append(got.worker_s)
+                writer_row.values.append(got.writer_s)
+                promoted_row.values.append(got.promoted_s)
+                self.progress.advance(task)
+        finally:
+            await asyncio.to_thread(topo.stop)
+        gap = worker_row.median - writer_row.median
+        worker_row.ratio, worker_row.ratio_of = gap, "after the writer"
+        worker_row.target, worker_row.met = f"≤ writer + {FAILOVER_GAP_S} s", gap <= FAILOVER_GAP_S
+        self.rows += [worker_row, writer_row, promoted_row]
+
+    async def memory_run(self) -> None:
+        n = self.plan.memory_events
+        if n == 0:
+            return
+        task = self.progress.add_task(f"memory ({n:,} messages)", total=1)
+        samples: list[float] = []
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(memory.sample_rss(samples, stop))
+        settings = worker_runs.bench_settings(
+            self.url, dedupe="none", ledger=self.workdir / "ledger-mem.sqlite3", parallelism=100, count=100
+        )
+        try:
+            rate = await self._worker_rate("memory", n, settings)
+        finally:
+            stop.set()
+            await sampler
+        growth = memory.growth(samples)
+        row = Row("memory", f"worker peak RSS over {n:,} messages", "MB", [max(samples)])
+        row.ratio, row.ratio_of = growth, "end vs first fifth"
+        row.target, row.met = f"flat (growth ≤ {RSS_GROWTH_MAX}×)", growth <= RSS_GROWTH_MAX
+        row.note = f"{rate:,.0f} msgs/s"
+        self.rows.append(row)
+        self.progress.advance(task)
+
+
+async def run_all(url: str, plan: Plan, progress: Progress) -> list[Row]:
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        bench = Bench(url, plan, Path(tmp), progress)
+        await bench.throughput()
+        await bench.concurrency()
+        await asyncio.to_thread(bench.producer_figures)
+        await bench.memory_run()
+        await bench.failover()
+        return bench.rows

@@ -1,0 +1,64 @@
+"""The reference worker over pre-produced events, in this process, timed until all are done."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+from solutions.settings import Settings
+from solutions.worker import Worker
+
+POLL_S = 0.005
+
+
+def bench_settings(
+    url: str,
+    stream: str = "bench:placeholder",
+    *,
+    dedupe: str,
+    ledger: Path,
+    parallelism: int,
+    count: int,
+    delay_ms: int = 0,
+) -> Settings:
+    """Settings for a throughput run: no rescuer, no metrics chatter, a short BLOCK."""
+    return Settings(
+        redis_url=url,
+        stream=stream,
+        group="billing",
+        consumer="bench-worker",
+        dedupe=dedupe,
+        ledger=ledger,
+        parallelism=parallelism,
+        count=count,
+        block_ms=500,
+        handler_delay_ms=delay_ms,
+        handler_jitter_ms=0,
+        fail_every=0,
+        rescuer=False,
+        metrics_interval_s=3600.0,
+        drain_timeout_s=10.0,
+    )
+
+
+async def run_worker(settings: Settings, n: int, *, timeout_s: float = 300.0) -> float:
+    """Run a worker until it has processed ``n`` messages; returns messages per second."""
+    worker = Worker(settings)
+    task = asyncio.create_task(worker.run())
+    started = time.perf_counter()
+    deadline = started + timeout_s
+    try:
+        while worker.counts.processed < n:
+            if task.done():
+                raise RuntimeError(f"the worker stopped after {worker.counts.processed} of {n} messages")
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"the worker did {worker.counts.processed} of {n} in {timeout_s:.0f} s")
+            await asyncio.sleep(POLL_S)
+        elapsed_s = time.perf_counter() - started
+    finally:
+        worker.request_stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 30)
+    return n / elapsed_s

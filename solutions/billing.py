@@ -1,0 +1,169 @@
+"""``billing-worker``: the reference billing worker of course module 3 (also ``python -m solutions.billing``).
+
+Every flag can also come from the environment as ``BILLING_<FLAG>`` (``BILLING_DEDUPE=redis``);
+a flag on the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from solutions.settings import DEDUPE_STRATEGIES, DEFAULT_REDIS_URL, Settings, default_consumer, env_default
+from solutions.settings import parse_address as _parse_address
+from solutions.worker import Worker
+
+log = logging.getLogger("solutions.billing")
+
+
+def _address(text: str) -> tuple[str, int]:
+    try:
+        return _parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _flag(parser: argparse._ActionsContainer, name: str, default: object, help_text: str, **kw: object) -> None:
+    kind = kw.pop("type", type(default) if default is not None else str)
+    value = env_default(name, "" if default is None else str(default))
+    parsed = None if value == "" and default is None else kind(value)  # type: ignore[operator]
+    parser.add_argument(f"--{name}", default=parsed, help=help_text, type=kind, **kw)  # type: ignore[arg-type]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="billing-worker",
+        description="Consume order events from a Redis stream and charge them into a SQLite ledger, "
+        "at least once from Redis and (with --dedupe sqlite) exactly once in effect.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _connection_flags(p.add_argument_group("connection"))
+    _reading_flags(p)
+    _delivery_flags(p)
+    _work_flags(p)
+    return p
+
+
+def _connection_flags(g: argparse._ActionsContainer) -> None:
+    _flag(g, "redis-url", DEFAULT_REDIS_URL, "plain Redis to connect to (ignored with --sentinel)")
+    g.add_argument(
+        "--sentinel",
+        action="append",
+        type=_address,
+        metavar="HOST:PORT",
+        default=None,
+        help="connect through this Sentinel instead (repeat for each sentinel)",
+    )
+    _flag(g, "master-name", "mymaster", "the master's name in Sentinel")
+
+
+def _reading_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("names")
+    _flag(g, "stream", "orders", "stream to read")
+    _flag(g, "group", "billing", "consumer group (created with MKSTREAM if missing)")
+    _flag(g, "consumer", default_consumer(), "consumer name, unique per process (default: host-pid)")
+    g = p.add_argument_group("reading and concurrency")
+    _flag(g, "count", 16, "XREADGROUP COUNT: the prefetch per read")
+    _flag(g, "block-ms", 2000, "XREADGROUP BLOCK in ms (the socket timeout is set above it)")
+    _flag(g, "parallelism", 8, "handlers running at once")
+    _flag(
+        g,
+        "order-key",
+        "order_id",
+        "messages with the same value of this field run one at a time, in stream order; '' turns ordering off",
+    )
+
+
+def _delivery_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("rescuer, retries and dead letters")
+    _flag(
+        g,
+        "min-idle-ms",
+        120_000,
+        "reclaim pending messages idle at least this long (about 2x the p99 of the handler)",
+    )
+    _flag(g, "claim-interval-ms", 30_000, "how often the group's one rescuer runs XAUTOCLAIM")
+    _flag(g, "max-attempts", 5, "deliveries (as counted by Redis) before a message goes to <stream>:dlq")
+    g = p.add_argument_group("idempotency and ledger")
+    _flag(
+        g,
+        "dedupe",
+        "sqlite",
+        "none: no protection; redis: SET NX EX marker (the course's; loses work "
+        "if the process dies between mark and work); redis-2phase: lease, then done marker with the "
+        "XACK; sqlite: charge and applied_events row in one transaction (exactly once)",
+        choices=DEDUPE_STRATEGIES,
+    )
+    _flag(g, "ledger", ".run/ledger.sqlite3", "SQLite file of charges (WAL)", type=Path)
+    _flag(g, "dedupe-ttl-s", 7 * 24 * 3600, "TTL of Redis dedupe markers; keep it >= the stream's retention")
+
+
+def _work_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("simulated work (the lab's handler)")
+    _flag(g, "handler-delay-ms", 50, "fixed work per message")
+    _flag(g, "handler-jitter-ms", 0, "plus a uniform random extra up to this, so p99 differs from the median")
+    _flag(g, "fail-every", 0, "every Nth processing attempt fails transiently (0: never)")
+    g = p.add_argument_group("shutdown and observability")
+    _flag(g, "drain-timeout-s", 30.0, "on SIGINT/SIGTERM, how long in-flight handlers may finish")
+    _flag(g, "metrics-interval-s", 10.0, "log the counters and gauges this often")
+    _flag(g, "metrics-port", None, "serve Prometheus /metrics on this port (None: off)", type=int)
+    _flag(g, "log-level", "INFO", "DEBUG, INFO, WARNING ...")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The :class:`Settings` for parsed ``billing-worker`` flags."""
+    return Settings(
+        redis_url=args.redis_url,
+        sentinels=tuple(args.sentinel or ()),
+        master_name=args.master_name,
+        stream=args.stream,
+        group=args.group,
+        consumer=args.consumer,
+        count=args.count,
+        block_ms=args.block_ms,
+        parallelism=args.parallelism,
+        order_key=args.order_key,
+        min_idle_ms=args.min_idle_ms,
+        claim_interval_ms=args.claim_interval_ms,
+        max_attempts=args.max_attempts,
+        dedupe=args.dedupe,
+        ledger=args.ledger,
+        handler_delay_ms=args.handler_delay_ms,
+        handler_jitter_ms=args.handler_jitter_ms,
+        fail_every=args.fail_every,
+        drain_timeout_s=args.drain_timeout_s,
+        metrics_interval_s=args.metrics_interval_s,
+        metrics_port=args.metrics_port,
+        dedupe_ttl_s=args.dedupe_ttl_s,
+    )
+
+
+def configure_logging(level: str, consumer: str) -> None:
+    """Logs to stderr: time, level, consumer, logger, message."""
+    tag = consumer.replace("%", "%%")
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s [{tag}] %(name)s: %(message)s",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+    except ValueError as exc:
+        build_parser().error(str(exc))
+    configure_logging(args.log_level, settings.consumer)
+    try:
+        asyncio.run(Worker(settings).run(handle_signals=True))
+    except KeyboardInterrupt:  # a signal before the handlers were installed: nothing was in flight
+        log.info("drain complete: interrupted before the worker started")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

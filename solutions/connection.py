@@ -1,0 +1,134 @@
+"""Connections: a client from a URL or through Sentinel, and how to tell errors apart.
+
+The client retries connection errors and timeouts itself (redis-py ``Retry`` with a jittered
+exponential backoff). Some errors that follow a failover or a restart are not retried by
+redis-py, because they arrive as a plain ``ResponseError`` (UNBLOCKED, NOGROUP, LOADING ...):
+:func:`classify` names them so the loops can back off, recreate the group or give up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import (
+    BusyLoadingError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from solutions.settings import Address
+
+RETRIES = 3
+RETRY_BASE_S = 0.05
+RETRY_CAP_S = 0.5
+CONNECT_TIMEOUT_S = 2.0
+TRANSIENT_REPLIES = ("UNBLOCKED", "READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY ")
+
+Client = aioredis.Redis
+
+
+def _client_options(socket_timeout_s: float) -> dict[str, Any]:
+    return {
+        "socket_timeout": socket_timeout_s,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "retry": Retry(ExponentialWithJitterBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S), RETRIES),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError, BusyLoadingError],
+        "health_check_interval": 10,
+    }
+
+
+def connect(
+    *,
+    redis_url: str,
+    sentinels: tuple[Address, ...] = (),
+    master_name: str = "mymaster",
+    socket_timeout_s: float = 5.0,
+) -> Client:
+    """A client (bytes replies) for ``redis_url``, or for the master that Sentinel names.
+
+    With Sentinel the pool asks the sentinels for the master on every new connection, so
+    after a failover a reconnect lands on the new master (``SENTINEL GET-MASTER-ADDR-BY-NAME``).
+    """
+    options = _client_options(socket_timeout_s)
+    if sentinels:
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            list(sentinels),
+            socket_timeout=CONNECT_TIMEOUT_S,
+            sentinel_kwargs={
+                "socket_timeout": CONNECT_TIMEOUT_S,
+                "socket_connect_timeout": CONNECT_TIMEOUT_S,
+            },
+        )
+        client: Client = sentinel.master_for(master_name, **options)
+        return client
+    return aioredis.Redis.from_url(redis_url, **options)
+
+
+def reply_code(exc: BaseException) -> str:
+    """The first word of a Redis error reply (``NOGROUP``, ``UNBLOCKED`` ...), else ''."""
+    text = str(exc).strip()
+    return text.split(" ", 1)[0].upper() if text else ""
+
+
+def is_nogroup(exc: BaseException) -> bool:
+    return isinstance(exc, ResponseError) and reply_code(exc) == "NOGROUP"
+
+
+def is_busygroup(exc: BaseException) -> bool:
+    return isinstance(exc, ResponseError) and reply_code(exc) == "BUSYGROUP"
+
+
+def classify(exc: BaseException) -> str:
+    """``nogroup``, ``recoverable`` (back off and try again) or ``fatal`` (a bug or bad config).
+
+    Recoverable: connection reset or refused, timeouts, READONLY (talking to a demoted
+    master), UNBLOCKED (a demoted master closes its blocked clients), LOADING, MASTERDOWN,
+    MasterNotFound (no sentinel knows a master yet).
+    """
+    if is_nogroup(exc):
+        return "nogroup"
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | MasterNotFoundError | ReadOnlyError | OSError):
+        return "recoverable"
+    if isinstance(exc, ResponseError):
+        text = str(exc).upper()
+        return "recoverable" if text.startswith(TRANSIENT_REPLIES) else "fatal"
+    if isinstance(exc, RedisError):
+        return "recoverable"
+    return "fatal"
+
+
+class Backoff:
+    """Jittered exponential backoff for the loops: a few attempts a second at most, never a hot loop."""
+
+    def __init__(self, *, base_s: float = 0.1, cap_s: float = 2.0) -> None:
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self.failures = 0
+
+    def reset(self) -> None:
+        self.failures = 0
+
+    def next_delay_s(self) -> float:
+        """Grows from ``base_s`` to ``cap_s``; uniform jitter in [delay/2, delay]."""
+        self.failures += 1
+        delay = min(self.cap_s, self.base_s * 2 ** (self.failures - 1))
+        return float(delay / 2 + random.random() * delay / 2)
+
+    async def sleep(self, stop: asyncio.Event | None = None) -> None:
+        """Sleep for the next delay, or less if ``stop`` is set meanwhile."""
+        delay = self.next_delay_s()
+        if stop is None:
+            await asyncio.sleep(delay)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)

@@ -1,0 +1,133 @@
+"""The XREADGROUP loop.
+
+- First the consumer's own pending entries (id ``0``: what an earlier life of this consumer,
+  or this one before a reconnect, read and did not ack), then new ones (``>``).
+- ``COUNT`` is the prefetch; the loop reads again only when the pool has room.
+- An empty reply after ``BLOCK`` is normal, not an error.
+- Errors back off with jitter (a few calls a second at most, never a hot loop); after one,
+  the loop re-reads its own pending entries, since a lost reply may have delivered some.
+- NOGROUP (the stream was deleted, Redis restarted empty) recreates the group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from solutions.connection import Backoff, Client, classify, is_busygroup
+from solutions.messages import Delivery
+from solutions.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Dispatch = Callable[[list[Delivery]], Awaitable[int]]
+OWN_PENDING = "0"
+NEW = ">"
+
+
+def decode_id(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+async def ensure_group(client: Client, stream: str, group: str) -> bool:
+    """``XGROUP CREATE stream group 0 MKSTREAM``; True if created, False if it existed (BUSYGROUP)."""
+    try:
+        await client.xgroup_create(stream, group, id="0", mkstream=True)
+    except Exception as exc:
+        if is_busygroup(exc):
+            return False
+        raise
+    log.info("created group %s on stream %s", group, stream)
+    return True
+
+
+async def delivery_counts(client: Client, settings: Settings, ids: list[str]) -> dict[str, int]:
+    """The delivery count Redis keeps for our pending ``ids`` (one ``XPENDING`` range call)."""
+    if not ids:
+        return {}
+    rows = await client.xpending_range(
+        settings.stream,
+        settings.group,
+        min=ids[0],
+        max=ids[-1],
+        count=len(ids) + 64,
+        consumername=settings.consumer,
+    )
+    return {decode_id(row["message_id"]): int(row["times_delivered"]) for row in rows}
+
+
+class Reader:
+    """Reads for one consumer and hands batches of deliveries to ``dispatch``."""
+
+    def __init__(
+        self,
+        client: Client,
+        settings: Settings,
+        dispatch: Dispatch,
+        has_room: Callable[[asyncio.Event], Awaitable[None]],
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.dispatch = dispatch
+        self.has_room = has_room
+        self.backoff = Backoff()
+        self.cursor = OWN_PENDING
+        self.reads = 0
+        self.errors = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read until ``stop`` is set."""
+        while not stop.is_set():
+            await self.has_room(stop)
+            if stop.is_set():
+                return
+            try:
+                await self.read_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                await self._recover(exc, stop)
+            else:
+                self.backoff.reset()
+
+    async def read_once(self) -> None:
+        """One ``XREADGROUP`` (own pending, or ``>`` with ``BLOCK``) and the dispatch of its entries."""
+        s = self.settings
+        block_ms = s.block_ms if self.cursor == NEW else None
+        self.reads += 1
+        reply: Any = await self.client.xreadgroup(
+            s.group, s.consumer, {s.stream: self.cursor}, count=s.count, block=block_ms
+        )
+        entries = reply[0][1] if reply else []
+        if self.cursor == NEW:
+            if entries:
+                await self.dispatch([Delivery(decode_id(i), f, 1, "new") for i, f in entries])
+            return
+        if not entries:
+            log.debug("own pending entries done; reading new messages")
+            self.cursor = NEW
+            return
+        ids = [decode_id(i) for i, _ in entries]
+        counts = await delivery_counts(self.client, s, ids)
+        self.cursor = ids[-1]
+        await self.dispatch(
+            [Delivery(i, f or None, counts.get(i, 1), "pending") for i, (_, f) in zip(ids, entries, strict=True)]
+        )
+
+    async def _recover(self, exc: BaseException, stop: asyncio.Event) -> None:
+        self.errors += 1
+        kind = classify(exc)
+        if kind == "nogroup":
+            log.warning("NOGROUP (stream deleted or Redis restarted empty): recreating group %s", self.settings.group)
+            try:
+                await ensure_group(self.client, self.settings.stream, self.settings.group)
+            except Exception as create_exc:
+                log.warning("could not recreate the group yet: %r", create_exc)
+        elif kind == "recoverable":
+            log.warning("read failed (%s), backing off: %r", kind, exc)
+        else:
+            log.error("read failed with an unexpected error, backing off: %r", exc)
+        self.cursor = OWN_PENDING
+        await self.backoff.sleep(stop)

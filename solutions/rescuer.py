@@ -1,0 +1,156 @@
+"""The rescuer: XAUTOCLAIM for messages whose consumer went silent, one rescuer per group.
+
+Every ``claim_interval_ms`` the worker that holds the rescuer lease (a Redis key with a
+TTL, renewed each round) claims pending entries idle for at least ``min_idle_ms``. Too
+small a ``min_idle_ms`` steals messages from slow but living consumers (double work); the
+course's rule is twice the handler's p99.
+
+- The XAUTOCLAIM cursor carries over between rounds, so a long PEL is walked page by page.
+- Entries deleted from the stream while pending (the reply's third element) are acked and
+  counted: there is nothing left to process.
+- Each reclaim is journaled: who took which id from whom, how long it was idle, how many
+  times it had been delivered. The owner and idle time come from an ``XPENDING`` taken in
+  the same ``MULTI`` as the XAUTOCLAIM, so they describe exactly what was claimed.
+- Reclaimed messages go through the same path as new ones (dedupe, DLQ, ordering).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from solutions.connection import Backoff, Client
+from solutions.messages import Delivery
+from solutions.metrics import Metrics
+from solutions.reader import decode_id, delivery_counts
+from solutions.settings import Settings
+
+log = logging.getLogger(__name__)
+journal = logging.getLogger("solutions.journal")
+
+RENEW_LEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
+"""
+RELEASE_LEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+MIN_LEASE_MS = 1000
+MAX_PAGES_PER_ROUND = 16
+
+
+class Rescuer:
+    """Reclaims idle pending entries for the whole group while it holds the lease."""
+
+    def __init__(
+        self,
+        client: Client,
+        settings: Settings,
+        metrics: Metrics,
+        dispatch: Callable[[list[Delivery]], Awaitable[int]],
+        has_room: Callable[[asyncio.Event], Awaitable[None]],
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.metrics = metrics
+        self.dispatch = dispatch
+        self.has_room = has_room
+        self.cursor = "0-0"
+        self.lease_ms = max(MIN_LEASE_MS, 2 * settings.claim_interval_ms + 1000)
+        self._renew = client.register_script(RENEW_LEASE_LUA)
+        self._release = client.register_script(RELEASE_LEASE_LUA)
+        self.holding = False
+        self.backoff = Backoff(base_s=0.2, cap_s=5.0)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Every ``claim_interval_ms`` until ``stop``: take or renew the lease, then claim."""
+        interval_s = self.settings.claim_interval_ms / 1000
+        while not stop.is_set():
+            try:
+                if await self.take_lease():
+                    await self.claim_round(stop)
+                self.backoff.reset()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("rescuer round failed: %r", exc)
+                await self.backoff.sleep(stop)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+
+    async def take_lease(self) -> bool:
+        """Renew our lease or take a free one (``GET``/``PEXPIRE``/``SET NX PX`` in one script)."""
+        s = self.settings
+        got = int(await self._renew(keys=[s.rescuer_lease_key], args=[s.consumer, self.lease_ms])) == 1
+        if got != self.holding:
+            log.info("%s the rescuer lease of group %s", "took" if got else "lost", s.group)
+            self.holding = got
+        return got
+
+    async def release_lease(self) -> None:
+        """Give the lease up (only if it is ours) so another worker takes over at once."""
+        s = self.settings
+        if self.holding:
+            await self._release(keys=[s.rescuer_lease_key], args=[s.consumer])
+            self.holding = False
+
+    async def claim_round(self, stop: asyncio.Event) -> int:
+        """Claim pages until the PEL has been walked (cursor back at ``0-0``); return how many."""
+        total = 0
+        for _ in range(MAX_PAGES_PER_ROUND):
+            await self.has_room(stop)
+            if stop.is_set():
+                break
+            total += await self.claim_page()
+            if self.cursor == "0-0":
+                break
+        return total
+
+    async def claim_page(self) -> int:
+        """``MULTI; XPENDING IDLE ...; XAUTOCLAIM ...; EXEC`` from the cursor; dispatch what was claimed."""
+        s = self.settings
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.xpending_range(s.stream, s.group, min=self.cursor, max="+", count=s.count, idle=s.min_idle_ms)
+            pipe.xautoclaim(s.stream, s.group, s.consumer, s.min_idle_ms, start_id=self.cursor, count=s.count)
+            pending, claim = await pipe.execute()
+        before = {decode_id(row["message_id"]): row for row in pending}
+        self.cursor = decode_id(claim[0])
+        claimed: list[tuple[Any, Any]] = list(claim[1])
+        deleted = [decode_id(i) for i in (claim[2] if len(claim) > 2 else [])]
+        if deleted:
+            await self._ack_deleted(deleted)
+        missing = [decode_id(i) for i, _ in claimed if decode_id(i) not in before]
+        counts = await delivery_counts(self.client, s, missing)
+        deliveries = [self._journal(decode_id(raw_id), fields, before, counts) for raw_id, fields in claimed]
+        accepted = await self.dispatch(deliveries) if deliveries else 0
+        self.metrics.inc("reclaimed", accepted)
+        return accepted
+
+    def _journal(self, msg_id: str, fields: Any, before: dict[str, Any], counts: dict[str, int]) -> Delivery:
+        row = before.get(msg_id)
+        owner = decode_id(row["consumer"]) if row else "?"
+        idle_ms = int(row["time_since_delivered"]) if row else -1
+        deliveries = int(row["times_delivered"]) + 1 if row else counts.get(msg_id, 1)
+        journal.info(
+            "reclaim: %s took %s from %s (idle %s ms, delivery %s)",
+            self.settings.consumer,
+            msg_id,
+            owner,
+            idle_ms,
+            deliveries,
+        )
+        return Delivery(msg_id, fields or None, deliveries, "reclaimed")
+
+    async def _ack_deleted(self, ids: list[str]) -> None:
+        """Entries deleted from the stream while pending: nothing to process, ``XACK`` them."""
+        s = self.settings
+        await self.client.xack(s.stream, s.group, *ids)
+        self.metrics.inc("deleted", len(ids))
+        journal.info("reclaim: %s acked %s deleted entries: %s", s.consumer, len(ids), " ".join(ids[:20]))

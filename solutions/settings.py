@@ -1,0 +1,119 @@
+"""The worker's settings: one frozen, keyword-only dataclass, validated when it is built.
+
+Build it in code (``Settings(stream="orders", dedupe="sqlite")``), from the CLI flags of
+``billing-worker`` (see :mod:`solutions.billing`) or from ``BILLING_*`` environment variables,
+which become the flags' defaults (``BILLING_DEDUPE=redis`` is ``--dedupe redis``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
+DEDUPE_STRATEGIES = ("none", "redis", "redis-2phase", "sqlite")
+ENV_PREFIX = "BILLING_"
+SOCKET_MARGIN_S = 3.0
+Address = tuple[str, int]
+
+
+def default_consumer() -> str:
+    """A consumer name unique per process: ``<hostname>-<pid>``."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def parse_address(text: str) -> Address:
+    """``HOST:PORT`` -> ``(host, port)``; raises ValueError with the reason."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def env_default(name: str, default: str) -> str:
+    """The value of ``BILLING_<NAME>`` (dashes become underscores), else ``default``."""
+    return os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"), default)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything a :class:`solutions.worker.Worker` needs; see ``billing-worker --help``."""
+
+    redis_url: str = DEFAULT_REDIS_URL
+    sentinels: tuple[Address, ...] = ()
+    master_name: str = "mymaster"
+    stream: str = "orders"
+    group: str = "billing"
+    consumer: str = field(default_factory=default_consumer)
+    count: int = 16
+    block_ms: int = 2000
+    parallelism: int = 8
+    order_key: str = "order_id"
+    min_idle_ms: int = 120_000
+    claim_interval_ms: int = 30_000
+    max_attempts: int = 5
+    dedupe: str = "sqlite"
+    ledger: Path = Path(".run/ledger.sqlite3")
+    handler_delay_ms: int = 50
+    handler_jitter_ms: int = 0
+    fail_every: int = 0
+    drain_timeout_s: float = 30.0
+    metrics_interval_s: float = 10.0
+    metrics_port: int | None = None
+    dedupe_ttl_s: int = 7 * 24 * 3600
+    rescuer: bool = True
+
+    def __post_init__(self) -> None:
+        problems = [p for p in self._problems() if p]
+        if problems:
+            raise ValueError("invalid settings: " + "; ".join(problems))
+        object.__setattr__(self, "ledger", Path(self.ledger))
+        object.__setattr__(self, "sentinels", tuple((str(h), int(p)) for h, p in self.sentinels))
+
+    def _problems(self) -> list[str]:
+        positive = {
+            "count": self.count,
+            "block_ms": self.block_ms,
+            "parallelism": self.parallelism,
+            "claim_interval_ms": self.claim_interval_ms,
+            "max_attempts": self.max_attempts,
+            "dedupe_ttl_s": self.dedupe_ttl_s,
+        }
+        not_negative = {
+            "min_idle_ms": self.min_idle_ms,
+            "handler_delay_ms": self.handler_delay_ms,
+            "handler_jitter_ms": self.handler_jitter_ms,
+            "fail_every": self.fail_every,
+            "drain_timeout_s": self.drain_timeout_s,
+        }
+        return [
+            *(f"{name} must be > 0, got {value}" for name, value in positive.items() if value <= 0),
+            *(f"{name} must be >= 0, got {value}" for name, value in not_negative.items() if value < 0),
+            "" if self.dedupe in DEDUPE_STRATEGIES else f"dedupe must be one of {DEDUPE_STRATEGIES}",
+            "" if self.metrics_interval_s > 0 else "metrics_interval_s must be > 0",
+            "" if self.metrics_port is None or 0 <= self.metrics_port < 65536 else "bad metrics_port",
+            "" if self.stream and self.group and self.consumer else "stream, group and consumer must be set",
+            "" if self.sentinels or self.redis_url else "give redis_url or sentinels",
+        ]
+
+    @property
+    def dlq_stream(self) -> str:
+        """Where dead letters go: ``<stream>:dlq``."""
+        return f"{self.stream}:dlq"
+
+    @property
+    def socket_timeout_s(self) -> float:
+        """Longer than BLOCK, so that an idle blocking read is never mistaken for a dead socket."""
+        return self.block_ms / 1000 + SOCKET_MARGIN_S
+
+    @property
+    def rescuer_lease_key(self) -> str:
+        """The key whose holder is the group's one active rescuer."""
+        return f"{self.stream}:{self.group}:rescuer"
+
+    @property
+    def dedupe_prefix(self) -> str:
+        """Prefix of the Redis dedupe markers (``redis`` and ``redis-2phase`` strategies)."""
+        return f"processed:{self.stream}:{self.group}:"

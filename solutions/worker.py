@@ -1,0 +1,274 @@
+"""The worker: a reader, a rescuer, a pool and a processor around one Redis client.
+
+``await Worker(settings).run()`` runs until :meth:`Worker.request_stop` (or, with
+``handle_signals=True``, SIGINT/SIGTERM). Then it stops reading and claiming, lets the
+in-flight handlers finish within ``drain_timeout_s``, never acks what was not done, logs one
+line with ``drain complete`` and the counts (and the ids left pending if the deadline hit),
+and returns a :class:`Summary`. Signal handling is opt-in so that the same worker runs as
+asyncio tasks inside a notebook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from solutions.acks import Acker
+from solutions.connection import Client, connect
+from solutions.dlq import DeadLetters
+from solutions.handler import BillingHandler, Handler
+from solutions.idempotency import make_strategy
+from solutions.ledger import Ledger
+from solutions.messages import Delivery
+from solutions.metrics import Metrics, Snapshot, group_numbers, stream_age_s
+from solutions.pool import Pool
+from solutions.processing import Processor
+from solutions.reader import Reader, ensure_group
+from solutions.rescuer import Rescuer
+from solutions.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a run did, returned by :meth:`Worker.run`."""
+
+    counts: Snapshot
+    left_pending: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+class Worker:
+    """One consumer of ``settings.group`` on ``settings.stream``."""
+
+    def __init__(self, settings: Settings, *, handler: Handler | None = None, client: Client | None = None):
+        self.settings = settings
+        self.handler: Handler = handler or BillingHandler(
+            stream=settings.stream,
+            delay_ms=settings.handler_delay_ms,
+            jitter_ms=settings.handler_jitter_ms,
+            fail_every=settings.fail_every,
+        )
+        self.client = client
+        self.metrics = Metrics(stream=settings.stream, group=settings.group, consumer=settings.consumer)
+        self.pool = Pool(settings.parallelism)
+        self.ledger = Ledger(settings.ledger)
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.started = threading.Event()
+        self.reader: Reader | None = None
+        self.rescuer: Rescuer | None = None
+        self.summary: Summary | None = None
+        self._stop_requested = False
+
+    # -- control -------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Ask the worker to drain and stop (safe from another thread or a signal handler)."""
+        self._stop_requested = True
+        if self._loop is None or self._stop is None or self._loop.is_closed():
+            return  # run() has not started yet: it will see the flag and stop at once
+        self._loop.call_soon_threadsafe(self._stop.set)
+
+    @property
+    def counts(self) -> Snapshot:
+        return self.metrics.snapshot()
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        installed: list[int] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                installed.append(sig)
+        return installed
+
+    def _on_signal(self, sig: int) -> None:
+        log.info(
+            "received %s: stop reading and drain (up to %ss)",
+            signal.Signals(sig).name,
+            self.settings.drain_timeout_s,
+        )
+        self.request_stop()
+
+    # -- run -----------------------------------------------------------------------------
+
+    async def run(self, *, handle_signals: bool = False) -> Summary:
+        """Run until asked to stop, then drain; returns the summary (never raises on Redis errors)."""
+        s = self.settings
+        self._loop = asyncio.get_running_loop()
+        self._stop = stop = asyncio.Event()
+        if self._stop_requested:
+            stop.set()
+        installed = self._install_signals(self._loop) if handle_signals else []
+        client = self.client or connect(
+            redis_url=s.redis_url,
+            sentinels=s.sentinels,
+            master_name=s.master_name,
+            socket_timeout_s=s.socket_timeout_s,
+        )
+        try:
+            await asyncio.to_thread(self.ledger.open)
+            tasks = await self._start(client, stop)
+        except BaseException:
+            await self._close(client, installed)
+            raise
+        self.started.set()
+        try:
+            await stop.wait()
+        finally:
+            self.summary = summary = await self._drain(tasks, client)
+            await self._close(client, installed)
+        return summary
+
+    async def _start(self, client: Client, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        """Create the group if needed and start the reader, the rescuer and the metrics loop."""
+        s = self.settings
+        processor = self._processor(client)
+        self.reader = Reader(client, s, self._dispatch_to(processor, client), self._has_room)
+        self.rescuer = Rescuer(client, s, self.metrics, self._dispatch_to(processor, client), self._has_room)
+        with contextlib.suppress(Exception):  # Redis may be down: the reader recovers later
+            await ensure_group(client, s.stream, s.group)
+        if s.metrics_port is not None:
+            self.metrics.serve(s.metrics_port)
+        log.info(
+            "worker %s reading %s as group %s (dedupe %s, parallelism %s, count %s)",
+            s.consumer,
+            s.stream,
+            s.group,
+            s.dedupe,
+            s.parallelism,
+            s.count,
+        )
+        tasks = [
+            asyncio.create_task(self.reader.run(stop), name="reader"),
+            asyncio.create_task(self._metrics_loop(client, stop), name="metrics"),
+        ]
+        if s.rescuer:
+            tasks.append(asyncio.create_task(self.rescuer.run(stop), name="rescuer"))
+        return tasks
+
+    async def _close(self, client: Client, installed: list[int]) -> None:
+        if self._loop is not None:
+            for sig in installed:
+                self._loop.remove_signal_handler(sig)
+        if self.client is None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+        await asyncio.to_thread(self.ledger.close)
+
+    def _processor(self, client: Client) -> Processor:
+        s = self.settings
+        acker = Acker(client, s.stream, s.group)
+        strategy = make_strategy(
+            s.dedupe,
+            client=client,
+            acker=acker,
+            ledger=self.ledger,
+            key_prefix=s.dedupe_prefix,
+            ttl_s=s.dedupe_ttl_s,
+            lease_ms=max(s.min_idle_ms, 1000),
+            consumer=s.consumer,
+        )
+        return Processor(
+            handler=self.handler,
+            strategy=strategy,
+            acker=acker,
+            dead_letters=DeadLetters(client, s.stream, s.group),
+            metrics=self.metrics,
+            consumer=s.consumer,
+            max_attempts=s.max_attempts,
+            slots=self.pool.slot(),
+        )
+
+    async def _has_room(self, stop: asyncio.Event) -> None:
+        # Read again while the previous batch is still being committed and acked (overlap),
+        # but never hold more than parallelism + 2 * count messages.
+        await self.pool.wait_below(self.settings.parallelism + self.settings.count, stop)
+
+    def _dispatch_to(self, processor: Processor, client: Client) -> Callable[[list[Delivery]], Awaitable[int]]:
+        async def dispatch(deliveries: list[Delivery]) -> int:
+            return await self._dispatch(processor, client, deliveries)
+
+        return dispatch
+
+    async def _dispatch(self, processor: Processor, client: Client, deliveries: list[Delivery]) -> int:
+        """Start the work for a batch (lanes from ``order_key``); entries deleted from the stream are acked."""
+        fresh = [d for d in deliveries if d.fields is not None and d.msg_id not in self.pool.in_flight]
+        deleted = [d.msg_id for d in deliveries if d.fields is None]
+        if deleted:
+            await client.xack(self.settings.stream, self.settings.group, *deleted)
+            self.metrics.inc("deleted", len(deleted))
+            log.info("acked %s pending entries that were deleted from the stream", len(deleted))
+        if fresh and processor.instant:
+            lanes = {lane for d in fresh if (lane := self._lane(d))}
+            ids = list(dict.fromkeys(d.msg_id for d in fresh))
+            self.pool.submit_batch(ids, lanes, functools.partial(processor.handle_batch, fresh))
+            return len(ids)
+        accepted = 0
+        for delivery in fresh:
+            if self.pool.submit(delivery.msg_id, self._lane(delivery), functools.partial(processor.handle, delivery)):
+                accepted += 1
+        return accepted
+
+    def _lane(self, delivery: Delivery) -> str | None:
+        return delivery.text(self.settings.order_key) if self.settings.order_key else None
+
+    async def _drain(self, tasks: list[asyncio.Task[None]], client: Client) -> Summary:
+        started = time.monotonic()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        left = await self.pool.drain(self.settings.drain_timeout_s)
+        if self.rescuer is not None:
+            with contextlib.suppress(Exception):
+                await self.rescuer.release_lease()
+        counts = self.metrics.snapshot()
+        elapsed_s = time.monotonic() - started
+        log.info(
+            "drain complete in %.2fs: processed=%s acked=%s errors=%s dead_lettered=%s reclaimed=%s "
+            "dedupe_skipped=%s left_pending=%s%s",
+            elapsed_s,
+            counts.processed,
+            counts.acked,
+            counts.errors,
+            counts.dead_lettered,
+            counts.reclaimed,
+            counts.dedupe_skipped,
+            len(left),
+            (" ids=" + ",".join(left)) if left else "",
+        )
+        return Summary(counts, left, elapsed_s)
+
+    async def _metrics_loop(self, client: Client, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.settings.metrics_interval_s)
+            if stop.is_set():
+                return
+            try:
+                await self.refresh_gauges(client)
+            except Exception as exc:
+                log.warning("metrics refresh failed: %r", exc)
+            log.info("metrics %s", self.metrics.values.line())
+
+    async def refresh_gauges(self, client: Client) -> None:
+        """``XINFO GROUPS``, ``XLEN`` and ``XRANGE - + COUNT 1`` in one pipeline -> the gauges."""
+        s = self.settings
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.xinfo_groups(s.stream)
+            pipe.xlen(s.stream)
+            pipe.xrange(s.stream, count=1)
+            groups, length, first = await pipe.execute()
+        pending, lag = group_numbers(groups, s.group)
+        self.metrics.set("pending", pending)
+        self.metrics.set("group_lag", lag)
+        self.metrics.set("stream_length", int(length))
+        self.metrics.set("stream_age_s", stream_age_s(first[0][0] if first else None, time.time()))

@@ -1,0 +1,157 @@
+"""Helpers shared by the tests of the ``solutions`` package (worker in-process or as a subprocess)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from solutions.handler import Handler
+from solutions.settings import Settings
+from solutions.worker import Worker
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = {"block_ms": 200, "metrics_interval_s": 60.0, "drain_timeout_s": 5.0}
+
+
+def settings(url: str, prefix: str, ledger: Path, **overrides: Any) -> Settings:
+    """Test settings: the stream and group under the test's key prefix, short BLOCK."""
+    values: dict[str, Any] = {
+        "redis_url": url,
+        "stream": f"{prefix}orders",
+        "group": "billing",
+        "ledger": ledger,
+        "handler_delay_ms": 0,
+        **FAST,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.05) -> Any:
+    """Poll ``predicate`` until it is truthy; fail with ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(poll_s)
+
+
+async def until(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.02) -> Any:
+    """Async version of :func:`wait_until`: lets the worker's tasks run while polling."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(poll_s)
+
+
+@contextlib.asynccontextmanager
+async def running(s: Settings, handler: Handler | None = None) -> AsyncIterator[Worker]:
+    """A worker running as a task for the duration of the block, then drained."""
+    worker = Worker(s, handler=handler)
+    task = asyncio.create_task(worker.run())
+    await until(lambda: worker.started.is_set() or task.done(), 10, "the worker to start")
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(task, s.drain_timeout_s + 10)
+
+
+def produce(client: redis.Redis, stream: str, n: int, *, orders: int = 10, start: int = 0) -> list[str]:
+    """XADD ``n`` valid events (event ids ``ev-<i>``) in one pipeline; returns their message ids."""
+    pipe = client.pipeline(transaction=False)
+    for i in range(start, start + n):
+        pipe.xadd(stream, {"type": "order.paid", "order_id": f"o-{i % orders}", "amount": "10.00",
+                           "event_id": f"ev-{i}"})
+    return [r.decode() if isinstance(r, bytes) else r for r in pipe.execute()]
+
+
+def charges(ledger: Path) -> list[tuple[str, str, str, str]]:
+    """``(event_id, order_id, msg_id, consumer)`` of every charge, in insertion order."""
+    if not ledger.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(ledger, timeout=30)) as db:
+        rows = db.execute("SELECT event_id, order_id, msg_id, consumer FROM charges ORDER BY id").fetchall()
+    return [tuple(map(str, row)) for row in rows]  # type: ignore[misc]
+
+
+def charge_counts(ledger: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for event_id, *_ in charges(ledger):
+        counts[event_id] = counts.get(event_id, 0) + 1
+    return counts
+
+
+def pending_ids(client: redis.Redis, stream: str, group: str) -> set[str]:
+    try:
+        rows = client.xpending_range(stream, group, "-", "+", 100_000)
+    except redis.ResponseError as exc:  # no stream or group yet
+        if "NOGROUP" in str(exc):
+            return set()
+        raise
+    return {r["message_id"].decode() if isinstance(r["message_id"], bytes) else r["message_id"] for r in rows}
+
+
+def xreadgroup_calls(client: redis.Redis) -> int:
+    """``INFO commandstats`` calls of XREADGROUP on this server (the whole server)."""
+    stats = client.info("commandstats").get("cmdstat_xreadgroup")
+    return int(stats["calls"]) if stats else 0
+
+
+def spawn(module: str, *args: str, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``python -m <module> args`` with stderr (the logs) into ``log_path``."""
+    out = log_path.open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})},
+    )
+
+
+def worker_args(url: str, stream: str, ledger: Path, consumer: str, **flags: Any) -> list[str]:
+    args = ["--redis-url", url, "--stream", stream, "--ledger", str(ledger), "--consumer", consumer,
+            "--block-ms", "200", "--metrics-interval-s", "60", "--handler-delay-ms", "0"]
+    for name, value in flags.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return args
+
+
+@contextlib.contextmanager
+def reaped(*procs: subprocess.Popen[bytes]) -> Any:
+    """Kill (SIGKILL) whatever of ``procs`` still runs when the block exits, even on failure."""
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 20) -> int:
+    """Signal a process we started and wait for its exit code (SIGKILL if it hangs)."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+        raise

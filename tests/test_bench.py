@@ -1,0 +1,38 @@
+"""``make bench`` in its tiny mode, so that the bench never rots. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def test_tiny_bench_runs_and_reports_sane_numbers(tmp_path: Path, redis_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "labs.bench", "--tiny", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "placement:" in result.stdout and "loopback PING round trip" in result.stdout
+    (report,) = tmp_path.glob("bench-*.json")
+    data = json.loads(report.read_text())
+    rows = {row["name"]: row for row in data["rows"]}
+    sections = {row["section"] for row in data["rows"]}
+    assert {"consume", "concurrency", "produce", "XADD latency", "failover"} <= sections
+    for row in data["rows"]:
+        assert row["values"], row["name"]
+        assert all(math.isfinite(v) and v > 0 for v in row["values"]), row
+    ceiling = rows["ceiling: raw redis.asyncio, COUNT 100, one XACK per batch"]
+    for dedupe in ("none", "redis", "sqlite"):
+        row = rows[f"reference worker, --dedupe {dedupe}"]
+        assert row["ratio"] == pytest.approx(row["median"] / ceiling["median"])
+        assert isinstance(row["met"], bool)
+    assert data["meta"]["placement"]["ping_rtt_us"] > 0

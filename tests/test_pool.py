@@ -1,0 +1,102 @@
+"""The pool: bounded concurrency, and per-key order (same order_id one at a time, in stream order)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+import redis
+from billing_support import charges, produce, running, settings, until
+
+from solutions.handler import BillingHandler
+from solutions.messages import OrderEvent
+from solutions.pool import Pool
+
+
+@pytest.mark.parametrize(("delay_ms", "jitter_ms"), [(1, 15), (0, 0)], ids=["per-message", "batch"])
+def test_per_key_order_holds_at_parallelism_16(
+    delay_ms: int, jitter_ms: int, redis_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", parallelism=16, count=32,
+                 handler_delay_ms=delay_ms, handler_jitter_ms=jitter_ms)
+    ids = produce(client, s.stream, 400, orders=20)
+
+    async def scenario() -> None:
+        async with running(s) as worker:
+            await until(lambda: worker.counts.processed == 400, 30, "400 charges")
+
+    asyncio.run(scenario())
+    rows = charges(s.ledger)
+    position = {msg_id: i for i, msg_id in enumerate(ids)}
+    by_order: dict[str, list[int]] = {}
+    for _, order_id, msg_id, _ in rows:
+        by_order.setdefault(order_id, []).append(position[msg_id])
+    assert len(by_order) == 20
+    for order_id, seen in by_order.items():
+        assert seen == sorted(seen), f"{order_id} charged out of stream order"
+    if jitter_ms:  # and the orders really ran interleaved: the ledger is not simply in stream order
+        assert [position[m] for _, _, m, _ in rows] != sorted(position[m] for _, _, m, _ in rows)
+
+
+def test_concurrency_is_bounded_and_lanes_are_serial() -> None:
+    async def scenario() -> tuple[int, dict[str, int]]:
+        pool = Pool(4)
+        running_now = peak = 0
+        lane_busy: dict[str, int] = {}
+        lane_peak: dict[str, int] = {}
+
+        async def job(lane: str) -> None:
+            nonlocal running_now, peak
+            lane_busy[lane] = lane_busy.get(lane, 0) + 1
+            lane_peak[lane] = max(lane_peak.get(lane, 0), lane_busy[lane])
+            async with pool.slot():  # what a handler holds while it works
+                running_now += 1
+                peak = max(peak, running_now)
+                await asyncio.sleep(random.uniform(0, 0.01))
+                running_now -= 1
+            await asyncio.sleep(0.001)  # the batched commit, outside the slot
+            lane_busy[lane] -= 1
+
+        for i in range(60):
+            lane = f"k{i % 12}"
+            assert pool.submit(f"id-{i}", lane, lambda lane=lane: job(lane))  # type: ignore[misc]
+        assert not pool.submit("id-0", "k0", lambda: job("k0")), "an id already in flight is not started twice"
+        assert await pool.drain(10) == []
+        return peak, lane_peak
+
+    peak, lane_peak = asyncio.run(scenario())
+    assert peak == 4
+    assert set(lane_peak.values()) == {1}
+
+
+class CountingHandler(BillingHandler):
+    """Records how many handlers work at the same time."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream=stream, delay_ms=20)
+        self.now = self.peak = 0
+
+    async def process(self, event: OrderEvent) -> None:
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            await super().process(event)
+        finally:
+            self.now -= 1
+
+
+def test_parallelism_bounds_the_handlers_at_work(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", parallelism=4, count=16)
+    handler = CountingHandler(s.stream)
+    produce(client, s.stream, 60, orders=60)
+
+    async def scenario() -> None:
+        async with running(s, handler) as worker:
+            await until(lambda: worker.counts.processed == 60, 15, "60 charges")
+
+    asyncio.run(scenario())
+    assert handler.peak == 4

@@ -1,0 +1,99 @@
+"""The read loop: own pending first, NOGROUP recovered without a hot loop, errors backed off."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from billing_support import charge_counts, pending_ids, produce, running, settings, until, xreadgroup_calls
+
+from labs.topology import Topology
+
+# BLOCK is 200 ms in these tests, so a healthy idle reader makes ~5 calls a second; the
+# backoff caps errors at a few a second. A hot loop would make thousands.
+MAX_CALLS_PER_S = 15
+
+
+def test_own_pending_entries_are_read_first(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", consumer="billing-1", rescuer=False)
+    client.xgroup_create(s.stream, s.group, id="0", mkstream=True)
+    produce(client, s.stream, 3)
+    client.xreadgroup(s.group, "billing-1", {s.stream: ">"}, count=10)  # an earlier life read them, then died
+
+    async def scenario() -> None:
+        async with running(s) as worker:
+            await until(lambda: worker.counts.processed == 3, 10, "the old pending entries")
+
+    asyncio.run(scenario())
+    assert pending_ids(client, s.stream, s.group) == set()
+    assert set(charge_counts(s.ledger)) == {"ev-0", "ev-1", "ev-2"}
+
+
+def _calls_during(seconds: float, count: Callable[[], int]) -> float:
+    before = count()
+    time.sleep(seconds)
+    return (count() - before) / seconds
+
+
+def test_nogroup_after_the_stream_is_deleted_is_recovered_without_a_hot_loop(
+    topology_factory: Callable[..., Topology], tmp_path: Path
+) -> None:
+    topo = topology_factory("single")
+    client = redis.Redis.from_url(topo.url, decode_responses=True)
+    s = settings(topo.url, "nogroup:", tmp_path / "l.sqlite3")
+
+    async def scenario() -> None:
+        async with running(s) as worker:
+            produce(client, s.stream, 5)
+            await until(lambda: worker.counts.processed == 5, 10, "the first five")
+            client.delete(s.stream)
+            await asyncio.sleep(0.3)
+            rate = await asyncio.to_thread(_calls_during, 1.5, lambda: xreadgroup_calls(client))
+            assert rate <= MAX_CALLS_PER_S, f"{rate:.0f} XREADGROUP calls/s: a hot loop"
+            await until(lambda: client.exists(s.stream), 5, "the group recreated (MKSTREAM)")
+            produce(client, s.stream, 5, start=5)
+            await until(lambda: worker.counts.processed == 10, 10, "the next five after recovery")
+            assert worker.reader is not None and worker.reader.errors >= 1
+
+    asyncio.run(scenario())
+    assert len(charge_counts(s.ledger)) == 10
+
+
+@pytest.mark.slow
+def test_redis_restarted_empty_is_recovered_without_a_hot_loop(
+    topology_factory: Callable[..., Topology], tmp_path: Path
+) -> None:
+    topo = topology_factory("single")
+    client = redis.Redis.from_url(topo.url, decode_responses=True)
+    s = settings(topo.url, "restart:", tmp_path / "l.sqlite3")
+
+    async def scenario() -> None:
+        async with running(s) as worker:
+            assert worker.reader is not None
+            produce(client, s.stream, 5)
+            await until(lambda: worker.counts.processed == 5, 10, "the first five")
+            await asyncio.to_thread(topo.kill)
+            reader = worker.reader
+            rate = await asyncio.to_thread(_calls_during, 1.5, lambda: reader.reads)
+            assert rate <= MAX_CALLS_PER_S, f"{rate:.0f} read attempts/s while Redis is down"
+            await asyncio.to_thread(topo.ensure)  # no persistence: it comes back empty
+            await until(lambda: _exists(client, s.stream), 10, "the group recreated after the restart")
+            rate = await asyncio.to_thread(_calls_during, 1.0, lambda: xreadgroup_calls(client))
+            assert rate <= MAX_CALLS_PER_S, f"{rate:.0f} XREADGROUP calls/s after the restart"
+            produce(client, s.stream, 5, start=5)
+            await until(lambda: worker.counts.processed == 10, 10, "charges after the restart")
+
+    asyncio.run(scenario())
+    assert len(charge_counts(s.ledger)) == 10
+
+
+def _exists(client: redis.Redis, key: str) -> bool:
+    try:
+        return bool(client.exists(key))
+    except redis.ConnectionError:
+        return False
