@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help setup redis-bin up up-aof up-sentinel failover failover-hard status down \
-        jupyter test lint clean bench lab-1 check-lab-1 kit
+        jupyter test lint clean bench lab-1 check-lab-1 kit notebooks-html
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -52,6 +52,10 @@ down: setup ## stop every Redis process the launcher started
 
 jupyter: setup ## JupyterLab on notebooks/
 	@$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+notebooks-html: setup ## executed HTML copies of the notebooks in notebooks/html/, for reading without a kernel
+	@$(VENV)/bin/jupyter nbconvert --execute --to html --output-dir notebooks/html \
+		--ExecutePreprocessor.timeout=180 $(NOTEBOOKS)
 
 lab-1: setup ## lab 1: streams worker + rescuer, persistence, XADD latency (QUICK=1, IMPL=my_lab1.py)
 	@$(PY) -m labs.lab1_run $(if $(QUICK),--quick) $(if $(IMPL),--impl $(IMPL)) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
