@@ -182,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print_report(console, report)
     console.print(f"report: {paths.markdown}, {paths.html}, {paths.json}")
+    if not args.redis_url:
+        console.print(f"the aof topology keeps running for you to inspect (redis-cli -u {url}); 'make down' stops it")
     verdict = "[bold green]all checks passed[/]" if report.passed else "[bold red]some checks failed[/]"
     console.print(verdict)
     return 0 if report.passed else 1

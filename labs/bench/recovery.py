@@ -11,15 +11,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import redis
 from redis.asyncio.sentinel import Sentinel
 
 from labs.bench.ceiling import order_fields
+from labs.bench.worker_runs import bench_settings
 from labs.topology import MASTER_NAME, Topology
-from solutions.settings import Settings
 from solutions.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -105,18 +105,11 @@ async def _first_ack_after(worker: Worker, kill: Kill, stop: asyncio.Event) -> f
 
 async def one_failover(topo: Topology, ledger: Path, stream: str, timeout_s: float = 30.0) -> Recovery:
     """Load, a worker and a plain writer; kill -9 the master; time both recoveries."""
-    settings = Settings(
+    settings = replace(
+        bench_settings(topo.url, stream, dedupe="sqlite", ledger=ledger, parallelism=8, count=16),
         sentinels=tuple(("127.0.0.1", s.port) for s in topo.sentinels),
         master_name=MASTER_NAME,
-        stream=stream,
         consumer="bench-failover",
-        dedupe="sqlite",
-        ledger=ledger,
-        handler_delay_ms=0,
-        block_ms=500,
-        rescuer=False,
-        metrics_interval_s=3600.0,
-        drain_timeout_s=5.0,
     )
     worker = Worker(settings)
     stop, kill = asyncio.Event(), Kill(asyncio.Event())
