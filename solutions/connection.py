@@ -108,9 +108,14 @@ def classify(exc: BaseException) -> str:
 
 
 class Backoff:
-    """Jittered exponential backoff for the loops: a few attempts a second at most, never a hot loop."""
+    """Jittered exponential backoff for the loops: a few attempts a second at most, never a hot loop.
 
-    def __init__(self, *, base_s: float = 0.1, cap_s: float = 2.0) -> None:
+    The cap is short on purpose: a failover takes a couple of seconds, and a worker that is
+    sleeping out a long backoff when the new master appears resumes late (with 0.5 s at
+    most 4 attempts a second, and less than half a second lost after a promotion).
+    """
+
+    def __init__(self, *, base_s: float = 0.1, cap_s: float = 0.5) -> None:
         self.base_s = base_s
         self.cap_s = cap_s
         self.failures = 0

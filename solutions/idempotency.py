@@ -26,7 +26,7 @@ import enum
 import secrets
 import sqlite3
 
-from solutions.acks import Acker
+from solutions.acks import Acker, encoded_ids
 from solutions.batching import Coalescer
 from solutions.connection import Client
 from solutions.ledger import Charge, Ledger
@@ -132,14 +132,22 @@ class Strategy:
         """:meth:`finish` for a whole batch: one transaction, then one acknowledgement."""
         return await self._commit(items)
 
+    async def record(self, charges: list[Charge]) -> list[bool]:
+        """The first half of :meth:`commit_many`: the charges in one ledger transaction."""
+        return await write_ledger(self.ledger, charges, once=self.once)
+
+    async def acknowledge(self, events: list[OrderEvent]) -> None:
+        """The second half of :meth:`commit_many`, only for events :meth:`record` committed."""
+        await self._acknowledge(events)
+
     async def _commit(self, items: list[tuple[OrderEvent, Charge]]) -> list[bool]:
-        applied = await write_ledger(self.ledger, [charge for _, charge in items], once=self.once)
+        applied = await self.record([charge for _, charge in items])
         await self._acknowledge([event for event, _ in items])
         return applied
 
     async def _acknowledge(self, events: list[OrderEvent]) -> None:
         """``XACK stream group id ...`` for a committed batch."""
-        await self.client.xack(self.acker.stream, self.acker.group, *[e.msg_id for e in events])
+        await self.client.xack(self.acker.stream, self.acker.group, *encoded_ids([e.msg_id for e in events]))
 
 
 class RedisMarker(Strategy):

@@ -9,16 +9,26 @@ Schema (the contract labs and graders read):
   strategy, in the same transaction as the charge, so the effect happens exactly once.
 
 ``event_id`` holds the dedupe key: the message's ``event_id``, else ``<stream>:<msg_id>``.
+``charges`` has no index on ``event_id``: the worker only appends to it, and an index on
+random keys cost about 0.8 us per charge (a third of the write); the occasional count by
+event (:meth:`Ledger.charge_counts`) scans instead. Ledgers created earlier keep theirs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
 import sqlite3
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from solutions.checkpoints import CHECKPOINT_ROWS, Checkpointer
+
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -32,7 +42,6 @@ CREATE TABLE IF NOT EXISTS charges (
     consumer   TEXT    NOT NULL,
     charged_at REAL    NOT NULL
 );
-CREATE INDEX IF NOT EXISTS charges_event_id ON charges(event_id);
 CREATE TABLE IF NOT EXISTS applied_events (
     event_id   TEXT PRIMARY KEY,
     msg_id     TEXT NOT NULL,
@@ -42,24 +51,30 @@ CREATE TABLE IF NOT EXISTS applied_events (
 """
 
 
-INSERT_CHARGE = (
-    "INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES (?, ?, ?, ?, ?, ?)"
-)
+INSERT_CHARGES = "INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES "
+CLAIM_EVENTS = "INSERT OR IGNORE INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
+ROWS_PER_STATEMENT = 100  # 600 parameters at most, well under SQLite's limit
 
 
-@dataclass(frozen=True)
+@functools.lru_cache(maxsize=64)
+def _insert_sql(rows: int) -> str:
+    return INSERT_CHARGES + ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_sql(rows: int) -> str:
+    return CLAIM_EVENTS + ", ".join(["(?, ?, ?, ?)"] * rows) + " RETURNING event_id"
+
+
+@dataclass(slots=True)
 class Charge:
-    """One charge to write."""
+    """One charge to write (slotted, built once per message; treat it as read-only)."""
 
     event_id: str
     order_id: str
     amount: str
     msg_id: str
     consumer: str
-
-
-def _charge_row(charge: Charge) -> tuple[str, str, str, str, str]:
-    return (charge.event_id, charge.order_id, charge.amount, charge.msg_id, charge.consumer)
 
 
 class Ledger:
@@ -69,6 +84,9 @@ class Ledger:
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._busy_ms = BUSY_TIMEOUT_MS
+        self._checkpointer: Checkpointer | None = None
+        self._rows_since_checkpoint = 0
 
     def open(self, *, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Ledger:
         """Create the file and the tables and switch to WAL (idempotent).
@@ -94,6 +112,7 @@ class Ledger:
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # the Checkpointer's thread does it (see write)
             conn.executescript(SCHEMA)
         except BaseException:
             conn.close()
@@ -101,9 +120,14 @@ class Ledger:
         return conn
 
     def close(self) -> None:
+        """Stop the checkpoint thread, then close (the last connection to close checkpoints the rest)."""
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+            self._busy_ms = BUSY_TIMEOUT_MS  # what the next connection starts with
 
     def _db(self) -> sqlite3.Connection:
         return self.open()._conn  # type: ignore[return-value]
@@ -115,52 +139,87 @@ class Ledger:
         event was already applied (earlier or in this same batch) is skipped (False). With
         ``wait=False`` it raises ``sqlite3.OperationalError`` at once if another process holds
         the write lock, instead of waiting up to the busy timeout.
+
+        Rows go in as multi-row ``INSERT ... VALUES (...), (...)`` statements, one per
+        :data:`ROWS_PER_STATEMENT` charges: one statement step instead of one per row.
         """
         now = time.time()
-        applied: list[bool] = []
         with self._lock:
             db = self._db()
-            if not wait:  # fail at once with "database is locked" instead of waiting for it
-                db.execute("PRAGMA busy_timeout=0")
-            try:
-                db.execute("BEGIN IMMEDIATE")
-            finally:
-                if not wait:
-                    db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._busy(db, BUSY_TIMEOUT_MS if wait else 0)  # 0: "database is locked" at once
+            db.execute("BEGIN IMMEDIATE")
             try:
                 if once:
-                    applied = [self._write_one(db, charge, now, once=True) for charge in charges]
-                else:  # nothing to check per row: one executemany
-                    db.executemany(INSERT_CHARGE, [(*_charge_row(c), now) for c in charges])
+                    applied = self._claim(db, charges, now)
+                    self._insert(db, [charge for charge, ok in zip(charges, applied, strict=True) if ok], now)
+                else:
                     applied = [True] * len(charges)
+                    self._insert(db, charges, now)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+            self._count_for_checkpoint(db, len(charges))
+        return applied
+
+    def _count_for_checkpoint(self, db: sqlite3.Connection, rows: int) -> None:
+        """Every :data:`CHECKPOINT_ROWS` rows, ask the checkpoint thread (started on first need)."""
+        if self._checkpointer is not None:
+            self._checkpointer.finish(db)
+        self._rows_since_checkpoint += rows
+        if self._rows_since_checkpoint < CHECKPOINT_ROWS:
+            return
+        self._rows_since_checkpoint = 0
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = Checkpointer(self.path)
+            self._checkpointer.request()
+        except RuntimeError as exc:  # no thread to be had: checkpoint inline, as SQLite would have
+            log.warning("no WAL checkpoint thread (%r): checkpointing inline", exc)
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
+    def _busy(self, db: sqlite3.Connection, busy_ms: int) -> None:
+        """``PRAGMA busy_timeout``, sent only when it changes."""
+        if self._busy_ms != busy_ms:
+            db.execute(f"PRAGMA busy_timeout={busy_ms}")
+            self._busy_ms = busy_ms
+
+    @staticmethod
+    def _claim(db: sqlite3.Connection, charges: Sequence[Charge], now: float) -> list[bool]:
+        """``INSERT OR IGNORE INTO applied_events ... RETURNING event_id``: which charges are new."""
+        inserted: set[str] = set()
+        for start in range(0, len(charges), ROWS_PER_STATEMENT):
+            part = charges[start : start + ROWS_PER_STATEMENT]
+            params = [v for c in part for v in (c.event_id, c.msg_id, c.consumer, now)]
+            inserted.update(row[0] for row in db.execute(_claim_sql(len(part)), params))
+        applied: list[bool] = []
+        for charge in charges:  # a repeat within the batch: only its first occurrence was inserted
+            first = charge.event_id in inserted
+            if first:
+                inserted.discard(charge.event_id)
+            applied.append(first)
         return applied
 
     @staticmethod
-    def _write_one(db: sqlite3.Connection, charge: Charge, now: float, *, once: bool) -> bool:
-        if once:
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES (?, ?, ?, ?)",
-                (charge.event_id, charge.msg_id, charge.consumer, now),
-            )
-            if cursor.rowcount != 1:
-                return False
-        db.execute(
-            "INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (charge.event_id, charge.order_id, charge.amount, charge.msg_id, charge.consumer, now),
-        )
-        return True
+    def _insert(db: sqlite3.Connection, charges: Sequence[Charge], now: float) -> None:
+        """``INSERT INTO charges ... VALUES (...), (...)`` for every charge."""
+        for start in range(0, len(charges), ROWS_PER_STATEMENT):
+            part = charges[start : start + ROWS_PER_STATEMENT]
+            params = [v for c in part for v in (c.event_id, c.order_id, c.amount, c.msg_id, c.consumer, now)]
+            db.execute(_insert_sql(len(part)), params)
 
     def charge_counts(self) -> dict[str, int]:
         """``event_id -> number of charges`` (a value above 1 is a duplicate charge)."""
         with self._lock:
-            rows = self._db().execute("SELECT event_id, COUNT(*) FROM charges GROUP BY event_id").fetchall()
+            db = self._db()
+            self._busy(db, BUSY_TIMEOUT_MS)
+            rows = db.execute("SELECT event_id, COUNT(*) FROM charges GROUP BY event_id").fetchall()
         return {str(event_id): int(n) for event_id, n in rows}
 
     def total_charges(self) -> int:
         with self._lock:
-            (n,) = self._db().execute("SELECT COUNT(*) FROM charges").fetchone()
+            db = self._db()
+            self._busy(db, BUSY_TIMEOUT_MS)
+            (n,) = db.execute("SELECT COUNT(*) FROM charges").fetchone()
         return int(n)

@@ -85,6 +85,12 @@ class Metrics:
         values.processed += 1
         values.processing_lag_s = max(0.0, time.time() - int(msg_id.split("-", 1)[0]) / 1000)
 
+    def observe_batch(self, n: int, last_msg_id: str) -> None:
+        """:meth:`observe_processed` for ``n`` messages at once; the lag is the last one's."""
+        values = self.values
+        values.processed += n
+        values.processing_lag_s = max(0.0, time.time() - int(last_msg_id.split("-", 1)[0]) / 1000)
+
     def snapshot(self) -> Snapshot:
         return Snapshot(**self.values.as_dict())
 

@@ -57,8 +57,7 @@ class Pool:
         self._events()
         previous = [tail for lane in lanes if (tail := self._tails.get(lane)) is not None]
         task = asyncio.create_task(self._run(previous, job), name=f"msg-{msg_ids[0]}")
-        for msg_id in msg_ids:
-            self.in_flight[msg_id] = task
+        self.in_flight.update(dict.fromkeys(msg_ids, task))
         for lane in lanes:
             self._tails[lane] = task
         task.add_done_callback(lambda t: self._finished(msg_ids, lanes, t))
@@ -85,8 +84,9 @@ class Pool:
         return slots
 
     def _finished(self, msg_ids: list[str], lanes: set[str], task: asyncio.Task[None]) -> None:
+        in_flight = self.in_flight
         for msg_id in msg_ids:
-            self.in_flight.pop(msg_id, None)
+            in_flight.pop(msg_id, None)
         for lane in lanes:
             if self._tails.get(lane) is task:
                 del self._tails[lane]

@@ -52,6 +52,7 @@ class Processor:
         self.consumer = consumer
         self.max_attempts = max_attempts
         self.slots = slots
+        self._work_lock = asyncio.Lock()  # batches do their work one at a time (handle_batch)
 
     async def handle(self, delivery: Delivery) -> None:
         """Process one delivery; never raises (except cancellation)."""
@@ -112,37 +113,97 @@ class Processor:
 
         One dedupe round trip, the work inline (it takes no time), one ledger transaction and
         one XACK for the whole batch, instead of a task and a few futures per message.
+        Batches do their work (up to the ledger commit) one at a time, in the order they were
+        dispatched, so per-key order holds across batches; only the XACK of one batch runs
+        alongside the work of the next, and a batch is acked only once its charges committed.
         """
-        todo: list[tuple[Delivery, OrderEvent]] = []
-        for delivery in deliveries:
-            event = await self._admit(delivery)
-            if event is not None:
-                todo.append((delivery, event))
-        todo, echoes = self._split_echoes(todo)
+        # The lock is the first thing a batch task does (no await before it), so batches take
+        # it in the order the reader dispatched them.
+        async with self._work_lock:
+            done, echoes = await self._work_batch(await self._admit_batch(deliveries))
+            applied = await self._record_batch(done)
+        committed = await self._ack_batch(done, applied, keys=bool(echoes)) if applied is not None else set()
+        if echoes:
+            await self._settle_echoes(echoes, committed)
+
+    async def _work_batch(
+        self, admitted: list[tuple[Delivery, OrderEvent]]
+    ) -> tuple[list[tuple[Delivery, OrderEvent]], list[tuple[Delivery, str]]]:
+        """Dedupe (``begin_many``) and do the work; returns what is done and the echoes."""
+        todo, echoes = self._split_echoes(admitted)
         if not todo:
-            return
+            return [], echoes
         try:
             verdicts = await self.strategy.begin_many([event for _, event in todo])
         except Exception as exc:
             for delivery, _ in todo:
                 await self._failed(delivery, f"dedupe check failed: {exc!r}")
-            return
+            return [], []
         done: list[tuple[Delivery, OrderEvent]] = []
         failed: list[tuple[Delivery, OrderEvent, Exception]] = []
-        for (delivery, event), verdict in zip(todo, verdicts, strict=True):
-            if verdict is Verdict.DUPLICATE:
-                await self._skip_duplicate(delivery)
-            elif verdict is Verdict.BUSY:
-                self.metrics.inc("errors")
-            else:
+        process_now = self.handler.process_now  # type: ignore[attr-defined]
+        for item, verdict in zip(todo, verdicts, strict=True):
+            if verdict is Verdict.PROCEED:
                 try:
-                    self.handler.process_now(event)  # type: ignore[attr-defined]
-                    done.append((delivery, event))
+                    process_now(item[1])
+                    done.append(item)
                 except Exception as exc:
-                    failed.append((delivery, event, exc))
-        committed = await self._commit_batch(done)
+                    failed.append((item[0], item[1], exc))
+            elif verdict is Verdict.DUPLICATE:
+                await self._skip_duplicate(item[0])
+            else:  # BUSY
+                self.metrics.inc("errors")
         await self._fail_batch(failed)
-        await self._settle_echoes(echoes, committed)
+        return done, echoes
+
+    async def _admit_batch(self, deliveries: list[Delivery]) -> list[tuple[Delivery, OrderEvent]]:
+        """:meth:`_admit` for a batch: parse them all, then dead-letter the ones that can never succeed."""
+        todo: list[tuple[Delivery, OrderEvent]] = []
+        rejected: list[tuple[Delivery, str]] = []
+        parse, max_attempts = self.handler.parse, self.max_attempts
+        for delivery in deliveries:
+            try:
+                event = parse(delivery)
+            except PermanentError as exc:
+                rejected.append((delivery, f"permanent: {exc}"))
+                continue
+            if delivery.deliveries > max_attempts:
+                reason = f"gave up: delivered {delivery.deliveries} times (max attempts {max_attempts})"
+                rejected.append((delivery, reason))
+            else:
+                todo.append((delivery, event))
+        for delivery, reason in rejected:
+            await self._dead_letter(delivery, reason)
+        return todo
+
+    async def _record_batch(self, done: list[tuple[Delivery, OrderEvent]]) -> list[bool] | None:
+        """Write the charges of ``done`` in one transaction; None if there is nothing to ack."""
+        if not done:
+            return None
+        charge, consumer = self.handler.charge, self.consumer
+        try:
+            return await self.strategy.record([charge(event, consumer) for _, event in done])
+        except Exception as exc:
+            self._commit_failed(len(done), exc)
+            return None
+
+    async def _ack_batch(self, done: list[tuple[Delivery, OrderEvent]], applied: list[bool], *, keys: bool) -> set[str]:
+        """Acknowledge a committed batch; returns its dedupe keys (when ``keys``) once acked."""
+        try:
+            await self.strategy.acknowledge([event for _, event in done])
+        except Exception as exc:
+            self._commit_failed(len(done), exc)
+            return set()
+        self.metrics.inc("acked", len(done))
+        self.metrics.observe_batch(len(done), done[-1][0].msg_id)
+        skipped = applied.count(False)
+        if skipped:
+            self.metrics.inc("dedupe_skipped", skipped)
+        return {event.dedupe_key for _, event in done} if keys else set()
+
+    def _commit_failed(self, n: int, exc: Exception) -> None:
+        self.metrics.inc("errors", n)
+        log.warning("charge or ack of %s messages failed, left pending: %r", n, exc)
 
     def _split_echoes(
         self, todo: list[tuple[Delivery, OrderEvent]]
@@ -180,24 +241,6 @@ class Processor:
             await self._dead_letter(delivery, reason)
             return None
         return event
-
-    async def _commit_batch(self, done: list[tuple[Delivery, OrderEvent]]) -> set[str]:
-        """Charge and ack ``done`` as one unit; returns the dedupe keys that are now settled."""
-        if not done:
-            return set()
-        items = [(event, self.handler.charge(event, self.consumer)) for _, event in done]
-        try:
-            applied = await self.strategy.commit_many(items)
-        except Exception as exc:
-            self.metrics.inc("errors", len(done))
-            log.warning("charge or ack of %s messages failed, left pending: %r", len(done), exc)
-            return set()
-        self.metrics.inc("acked", len(done))
-        for (delivery, _), was_applied in zip(done, applied, strict=True):
-            self.metrics.observe_processed(delivery.msg_id)
-            if not was_applied:
-                self.metrics.inc("dedupe_skipped")
-        return {event.dedupe_key for _, event in done}
 
     async def _fail_batch(self, failed: list[tuple[Delivery, OrderEvent, Exception]]) -> None:
         if not failed:

@@ -103,7 +103,9 @@ class Reader:
         entries = reply[0][1] if reply else []
         if self.cursor == NEW:
             if entries:
-                await self.dispatch([Delivery(decode_id(i), f, 1, "new") for i, f in entries])
+                await self.dispatch(
+                    [Delivery(i.decode() if type(i) is bytes else str(i), f, 1, "new") for i, f in entries]
+                )
             return
         if not entries:
             log.debug("own pending entries done; reading new messages")

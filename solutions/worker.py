@@ -201,16 +201,17 @@ class Worker:
 
     async def _dispatch(self, processor: Processor, client: Client, deliveries: list[Delivery]) -> int:
         """Start the work for a batch (lanes from ``order_key``); entries deleted from the stream are acked."""
-        fresh = [d for d in deliveries if d.fields is not None and d.msg_id not in self.pool.in_flight]
-        deleted = [d.msg_id for d in deliveries if d.fields is None]
+        in_flight = self.pool.in_flight
+        fresh = [d for d in deliveries if d.fields is not None and d.msg_id not in in_flight]
+        deleted = [d.msg_id for d in deliveries if d.fields is None] if len(fresh) < len(deliveries) else []
         if deleted:
             await client.xack(self.settings.stream, self.settings.group, *deleted)
             self.metrics.inc("deleted", len(deleted))
             log.info("acked %s pending entries that were deleted from the stream", len(deleted))
         if fresh and processor.instant:
-            lanes = {lane for d in fresh if (lane := self._lane(d))}
-            ids = list(dict.fromkeys(d.msg_id for d in fresh))
-            self.pool.submit_batch(ids, lanes, functools.partial(processor.handle_batch, fresh))
+            # No lanes: handle_batch does the work of batches one at a time, in this order.
+            ids = list(dict.fromkeys([d.msg_id for d in fresh]))
+            self.pool.submit_batch(ids, set(), functools.partial(processor.handle_batch, fresh))
             return len(ids)
         accepted = 0
         for delivery in fresh:

@@ -84,12 +84,25 @@ def produce(client: redis.Redis, stream: str, n: int, *, orders: int = 10, start
     return [r.decode() if isinstance(r, bytes) else r for r in pipe.execute()]
 
 
-def charges(ledger: Path) -> list[tuple[str, str, str, str]]:
-    """``(event_id, order_id, msg_id, consumer)`` of every charge, in insertion order."""
+def ledger_rows(ledger: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of a query on a worker's ledger; none while the worker has not created it yet.
+
+    The file appears a moment before its tables do, so "no such table" also means "no rows yet".
+    """
     if not ledger.exists():
         return []
     with contextlib.closing(sqlite3.connect(ledger, timeout=30)) as db:
-        rows = db.execute("SELECT event_id, order_id, msg_id, consumer FROM charges ORDER BY id").fetchall()
+        try:
+            return db.execute(sql).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise
+
+
+def charges(ledger: Path) -> list[tuple[str, str, str, str]]:
+    """``(event_id, order_id, msg_id, consumer)`` of every charge, in insertion order."""
+    rows = ledger_rows(ledger, "SELECT event_id, order_id, msg_id, consumer FROM charges ORDER BY id")
     return [tuple(map(str, row)) for row in rows]  # type: ignore[misc]
 
 

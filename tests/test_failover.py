@@ -6,16 +6,14 @@ dedupe), and charging must resume within a few seconds of the promotion.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from billing_support import reaped, spawn, stop_process, wait_until
+from billing_support import ledger_rows, reaped, spawn, stop_process, wait_until
 
 from labs.topology import Topology
 
@@ -23,10 +21,8 @@ RESUME_WITHIN_S = 6.0
 
 
 def charged_at(ledger: Path) -> list[tuple[str, float]]:
-    if not ledger.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(ledger, timeout=30)) as db:
-        return [(str(e), float(t)) for e, t in db.execute("SELECT event_id, charged_at FROM charges ORDER BY id")]
+    rows = ledger_rows(ledger, "SELECT event_id, charged_at FROM charges ORDER BY id")
+    return [(str(e), float(t)) for e, t in rows]
 
 
 def confirmed_events(log: Path) -> set[str]:

@@ -44,3 +44,26 @@ def test_dedupe_key_falls_back_to_stream_and_id() -> None:
 def test_bad_input_is_permanent_with_a_reason(fields: dict[bytes, bytes] | None, reason: str) -> None:
     with pytest.raises(PermanentError, match=reason):
         parse_order("orders", delivery(fields))
+
+
+def test_non_ascii_values_are_decoded_and_their_length_counted_in_characters() -> None:
+    name = "Jos\u00e9-" + "\u00e9" * 200  # 206 characters, 407 bytes: within the 256-character limit
+    fields = {b"order_id": name.encode(), b"amount": b" 7.25 ", b"note": "\u00e9".encode()}
+    event = parse_order("orders", delivery(fields))
+    assert (event.order_id, event.amount, event.event_id, event.type) == (name, Decimal("7.25"), None, "order.paid")
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({b"note": b"\xff"}, "undecodable bytes in field b'note'"),
+        ({b"\xfe": b"x"}, "undecodable bytes in field"),
+        ({b"note": b"x" * 257}, "field 'note' is longer than 256"),
+        ({b"note": "\u00e9".encode() * 257}, "field 'note' is longer than 256"),
+        ({b"event_id": b"e" * 257}, "field 'event_id' is longer than 256"),
+    ],
+)
+def test_any_field_can_reject_an_otherwise_valid_event(extra: dict[bytes, bytes], reason: str) -> None:
+    """Only four fields are used, but a bad one among the others still sends the message to the DLQ."""
+    with pytest.raises(PermanentError, match=reason):
+        parse_order("orders", delivery({b"order_id": b"o-1", b"amount": b"1.00", **extra}))

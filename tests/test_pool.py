@@ -100,3 +100,53 @@ def test_parallelism_bounds_the_handlers_at_work(redis_url: str, key_prefix: str
 
     asyncio.run(scenario())
     assert handler.peak == 4
+
+
+@pytest.mark.parametrize("dedupe", ["none", "redis", "sqlite"])
+def test_per_key_order_holds_across_overlapping_batches(
+    dedupe: str, redis_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    """Batches of an instant handler overlap (the XACK of one, the dedupe round trip of the next),
+    but their work and charges still follow stream order per order_id."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", parallelism=16, count=8, dedupe=dedupe)
+    ids = produce(client, s.stream, 600, orders=3)
+
+    async def scenario() -> None:
+        async with running(s) as worker:
+            await until(lambda: worker.counts.processed == 600, 30, "600 charges")
+
+    asyncio.run(scenario())
+    position = {msg_id: i for i, msg_id in enumerate(ids)}
+    by_order: dict[str, list[int]] = {}
+    for _, order_id, msg_id, _ in charges(s.ledger):
+        by_order.setdefault(order_id, []).append(position[msg_id])
+    assert sum(map(len, by_order.values())) == 600
+    for order_id, seen in by_order.items():
+        assert seen == sorted(seen), f"{order_id} charged out of stream order"
+
+
+def test_per_key_order_holds_when_a_batch_dead_letters_first(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
+    """A batch that waits on the DLQ before its work must not let the next batch overtake it."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", parallelism=16, count=8, dedupe="none")
+    pipe = client.pipeline(transaction=False)
+    for i in range(600):
+        if i % 7 == 0:
+            pipe.xadd(s.stream, {"type": "order.paid", "order_id": f"o-{i % 3}"})  # no amount: DLQ
+        else:
+            pipe.xadd(s.stream, {"type": "order.paid", "order_id": f"o-{i % 3}", "amount": "1.00", "event_id": f"e{i}"})
+    ids = [str(r) for r in pipe.execute()]
+
+    async def scenario() -> None:
+        async with running(s) as worker:
+            await until(lambda: worker.counts.processed + worker.counts.dead_lettered == 600, 30, "600 settled")
+
+    asyncio.run(scenario())
+    position = {msg_id: i for i, msg_id in enumerate(ids)}
+    by_order: dict[str, list[int]] = {}
+    for _, order_id, msg_id, _ in charges(s.ledger):
+        by_order.setdefault(order_id, []).append(position[msg_id])
+    assert sum(map(len, by_order.values())) == 600 - len(range(0, 600, 7))
+    for order_id, seen in by_order.items():
+        assert seen == sorted(seen), f"{order_id} charged out of stream order"
