@@ -66,7 +66,7 @@ check-lab-1: setup ## lab 1's checks against your code: make check-lab-1 IMPL=my
 kit: setup ## regenerate the student starters from solutions/
 	@$(PY) -m labs.kit --write
 
-bench: setup ## the worker against the raw redis-py ceiling, in one run (about 5 minutes)
+bench: setup ## the worker against the raw redis-py ceiling, in one run (about 2 minutes)
 	@$(PY) -m labs.bench $(BENCH_ARGS)
 
 lint: setup ## ruff and mypy
