@@ -115,7 +115,7 @@ class StreamPanel:
         return self
 
     def stop(self) -> None:
-        """Stop the thread and wait for it (idempotent)."""
+        """Stop the thread after one last sample and wait for it (idempotent)."""
         if self.stop_reason is None and self.running:
             self.stop_reason = "stop()"
         self._stop.set()
@@ -170,6 +170,10 @@ class StreamPanel:
                 failures = 0 if self._refresh(client, elapsed_s) else failures + 1
                 pause_s = self.refresh_s if failures == 0 else self._backoff_s(failures)
                 self._stop.wait(min(pause_s, max(0.0, self.max_duration_s - elapsed_s)))
+            if self.stop_reason == "stop()":
+                # One last sample, so that the frozen panel shows the state at stop() rather
+                # than one taken up to refresh_s earlier.
+                self._refresh(client, time.monotonic() - started)
         finally:
             client.close()
             self._show(f"stopped ({self.stop_reason or 'stop()'}) · {self._summary()}")

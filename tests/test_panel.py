@@ -129,3 +129,15 @@ def test_survives_a_dead_server_and_resumes(topology_factory: Callable[..., Topo
         assert wait_until(lambda: len(panel.samples) > before, timeout_s=10)
     assert panel.samples[-1].length == 0
     client.close()
+
+
+def test_stop_takes_one_last_sample(redis_client: redis.Redis, key_prefix: str) -> None:
+    stream = f"{key_prefix}orders"
+    redis_client.xgroup_create(stream, "billing", "0", mkstream=True)
+    panel = StreamPanel(_url(redis_client), stream=stream, group="billing", refresh_s=10.0).start()
+    assert panel.wait_for_samples(1)
+    for i in range(3):
+        redis_client.xadd(stream, {"i": i})
+    panel.stop()
+    assert not panel.running and panel.stop_reason == "stop()"
+    assert [s.length for s in panel.samples] == [0, 3]  # the frozen panel shows the state at stop()
