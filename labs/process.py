@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from labs.errors import LauncherError
 
@@ -109,13 +111,18 @@ class RedisProcess:
         return None
 
     def client(self, timeout_s: float = 1.0) -> redis.Redis:
-        """A short-timeout client for probes; the caller closes it."""
+        """A short-timeout client for probes, without retries; the caller closes it.
+
+        redis-py 8 retries a refused connection 10 times with backoff by default, which
+        would turn "is anything there?" into seconds of waiting per probe.
+        """
         return redis.Redis(
             host="127.0.0.1",
             port=self.port,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             decode_responses=True,
+            retry=Retry(NoBackoff(), 0),
         )
 
     def ping(self) -> bool:

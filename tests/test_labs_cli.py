@@ -13,9 +13,9 @@ import pytest
 from labs import ports
 
 
-def _lab(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _lab(args: list[str], env: dict[str, str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "labs", *args], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "labs", *args], env=env, capture_output=True, text=True, timeout=timeout_s
     )
 
 
@@ -55,3 +55,9 @@ def test_help_lists_the_commands_and_ports() -> None:
     assert result.returncode == 0
     for word in ("up", "status", "failover", "down", "LAB_SINGLE_PORT=6390", "LAB_SENTINEL_PORTS"):
         assert word in result.stdout
+
+
+def test_status_with_nothing_running_answers_at_once(lab_env: dict[str, str]) -> None:
+    """Probes do not retry: a refused port means "not running", not ten backoffs."""
+    result = _lab(["status"], lab_env, timeout_s=10)
+    assert result.returncode == 0 and "no topology is running" in result.stdout
