@@ -185,7 +185,7 @@ def rejoin_old_master(
     # has not would still flag it down and could promote the returning old master instead.
     topology.wait_switched(new, started + timeout_s)
     proc = topology.server(old[1])
-    proc.start(topology.port_vars.get(proc.port, "the launcher's port settings"))
+    topology.start(proc)
     with contextlib.closing(proc.client()) as client:
         after_restart = count_present(client, stream, tail_ids)
         with contextlib.closing(topology.server(new[1]).client()) as master:

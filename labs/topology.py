@@ -226,10 +226,14 @@ class Topology:
             self._write_configs()
         for proc in self.processes:
             if proc.pid() is None:
-                proc.start(self.port_vars.get(proc.port, "the launcher's port settings"))
+                self.start(proc)
         if self.sentinels:
             self.wait_ready()
         return self.addresses()
+
+    def start(self, proc: RedisProcess) -> int:
+        """Start one process of this topology; a busy port names the variable that moves it."""
+        return proc.start(self.port_vars.get(proc.port, "the launcher's port settings"))
 
     def stop(self) -> list[int]:
         """Stop every process of this topology by pid (sentinels first); return their pids."""
@@ -363,8 +367,7 @@ class Topology:
             # Restart only once every sentinel has switched: a sentinel still mid-failover
             # that sees the old master answer again would demote the promoted replica.
             self.wait_switched(new, started + timeout_s)
-            old_proc = self.server(old[1])
-            old_proc.start(self.port_vars.get(old_proc.port, "the launcher's port settings"))
+            self.start(self.server(old[1]))
             self.wait_ready(timeout_s)
         return FailoverResult(old, new, elapsed_s, hard)
 
