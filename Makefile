@@ -58,10 +58,10 @@ notebooks-html: setup ## executed HTML copies of the notebooks in notebooks/html
 		--ExecutePreprocessor.timeout=180 $(NOTEBOOKS)
 
 lab-1: setup ## lab 1: streams worker + rescuer, persistence, XADD latency (QUICK=1, IMPL=my_lab1.py)
-	@$(PY) -m labs.lab1_run $(if $(QUICK),--quick) $(if $(IMPL),--impl $(IMPL)) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
+	@$(PY) -m labs.lab1 $(if $(QUICK),--quick) $(if $(IMPL),--impl $(IMPL)) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
 
 check-lab-1: setup ## lab 1's checks against your code: make check-lab-1 IMPL=my_lab1.py
-	@$(PY) -m labs.check_lab1 --impl $(or $(IMPL),solutions.lab1) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
+	@$(PY) -m labs.lab1.check --impl $(or $(IMPL),solutions.lab1) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
 
 kit: setup ## regenerate the student starters from solutions/
 	@$(PY) -m labs.kit --write

@@ -1,5 +1,5 @@
 """``python -m labs``: the launcher CLI (see ``python -m labs --help``)."""
 
-from labs.cli import main
+from labs.launcher.cli import main
 
 raise SystemExit(main())

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import redis
 
-from labs import ports
-from labs.errors import LauncherError
-from labs.topology import Topology, iter_topologies
+from labs.launcher import ports
+from labs.launcher.errors import LauncherError
+from labs.launcher.topology import Topology, iter_topologies
 
 REDIS_IMAGE = "redis:7.0.15"
 

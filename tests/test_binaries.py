@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from labs import binaries
-from labs.errors import LauncherError
+from labs.launcher import binaries
+from labs.launcher.errors import LauncherError
 
 
 def test_redis_is_at_least_7(monkeypatch: pytest.MonkeyPatch) -> None:

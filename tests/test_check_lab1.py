@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from labs import check_lab1
+from labs.lab1 import check as check_lab1
 from labs.lab1.impl import ImplError, load_impl
 from labs.report import Check
 

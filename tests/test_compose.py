@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from labs import ports
-from labs.topology import MASTER_NAME, QUORUM, Topology
+from labs.launcher import ports
+from labs.launcher.topology import MASTER_NAME, QUORUM, Topology
 
 COMPOSE = Path(__file__).resolve().parents[1] / "compose"
 

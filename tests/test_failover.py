@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from billing_support import ledger_rows, reaped, spawn, stop_process, wait_until
 
-from labs.topology import Topology
+from labs.launcher.topology import Topology
 
 RESUME_WITHIN_S = 6.0
 

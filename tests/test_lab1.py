@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from labs import lab1_run
+from labs.lab1 import run as lab1_run
 from solutions import lab1
 
 

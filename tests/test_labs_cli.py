@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labs import ports
+from labs.launcher import ports
 
 
 def _lab(args: list[str], env: dict[str, str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:

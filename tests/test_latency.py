@@ -7,7 +7,7 @@ import math
 import pytest
 import redis
 
-from labs.latency import case_label, percentile, server_usec_per_call, xadd_latency
+from labs.experiments.latency import case_label, percentile, server_usec_per_call, xadd_latency
 
 
 def test_percentile_is_nearest_rank() -> None:

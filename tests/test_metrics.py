@@ -11,7 +11,7 @@ import pytest
 import redis
 from billing_support import produce, running, settings, until
 
-from labs.ports import free_port
+from labs.launcher.ports import free_port
 from solutions.metrics import Metrics, group_numbers, stream_age_s
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import redis
 
-from labs.panel import StreamPanel
-from labs.topology import Topology
+from labs.launcher.topology import Topology
+from labs.panels.panel import StreamPanel
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,4 +1,4 @@
-"""labs.persistence: what a kill -9 leaves of acknowledged writes, with and without AOF."""
+"""labs.experiments.persistence: what a kill -9 leaves of acknowledged writes, with and without AOF."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from labs.persistence import SurvivalResult, count_present, kill_and_count, write_acknowledged
-from labs.topology import Topology
+from labs.experiments.persistence import SurvivalResult, count_present, kill_and_count, write_acknowledged
+from labs.launcher.topology import Topology
 
 pytestmark = [pytest.mark.failover, pytest.mark.timeout(60)]
 

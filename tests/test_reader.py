@@ -11,7 +11,7 @@ import pytest
 import redis
 from billing_support import charge_counts, pending_ids, produce, running, settings, until, xreadgroup_calls
 
-from labs.topology import Topology
+from labs.launcher.topology import Topology
 
 # BLOCK is 200 ms in these tests, so a healthy idle reader makes ~5 calls a second; the
 # backoff caps errors at a few a second. A hot loop would make thousands.

@@ -1,4 +1,4 @@
-"""labs.replication: WAIT under a cut link, and the tail a Sentinel failover loses."""
+"""labs.experiments.replication: WAIT under a cut link, and the tail a Sentinel failover loses."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import time
 import pytest
 import redis
 
-from labs.persistence import count_present, write_acknowledged
-from labs.replication import (
+from labs.experiments.persistence import count_present, write_acknowledged
+from labs.experiments.replication import (
     failover_tail_loss,
     linked_replicas,
     rejoin_old_master,
     replica_cut,
     wait_replicas,
 )
-from labs.topology import Topology
+from labs.launcher.topology import Topology
 
 pytestmark = [pytest.mark.failover, pytest.mark.timeout(60)]
 

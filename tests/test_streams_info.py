@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from labs.streams_info import id_ms, read_stream_stats
+from labs.panels.streams_info import id_ms, read_stream_stats
 
 pytestmark = pytest.mark.timeout(30)
 

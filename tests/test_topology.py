@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from labs.errors import LauncherError
-from labs.process import pid_alive
-from labs.topology import Topology
+from labs.launcher.errors import LauncherError
+from labs.launcher.process import pid_alive
+from labs.launcher.topology import Topology
 
 pytestmark = pytest.mark.timeout(90)
 

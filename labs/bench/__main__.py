@@ -16,8 +16,8 @@ from rich.progress import Progress
 
 from labs.bench import placement, runner
 from labs.bench.results import table, write_json
-from labs.errors import LauncherError
-from labs.topology import Topology
+from labs.launcher.errors import LauncherError
+from labs.launcher.topology import Topology
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 

@@ -19,7 +19,7 @@ from redis.asyncio.sentinel import Sentinel
 
 from labs.bench.ceiling import order_fields
 from labs.bench.worker_runs import bench_settings
-from labs.topology import MASTER_NAME, Topology
+from labs.launcher.topology import MASTER_NAME, Topology
 from solutions.worker import Worker
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from rich.progress import Progress
 
 from labs.bench import ceiling, memory, producer, recovery, worker_runs
 from labs.bench.results import Row
-from labs.topology import Topology
+from labs.launcher.topology import Topology
 from solutions.settings import Settings
 
 log = logging.getLogger(__name__)

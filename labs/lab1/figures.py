@@ -8,8 +8,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from labs.experiments.latency import LatencyStats
 from labs.lab1.record import ScenarioResult
-from labs.latency import LatencyStats
 
 
 def timeline(result: ScenarioResult) -> Any:

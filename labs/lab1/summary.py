@@ -6,11 +6,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from labs import persistence
+from labs.experiments import persistence
+from labs.experiments.latency import LatencyStats
 from labs.lab1 import figures
 from labs.lab1.checks import evaluate
 from labs.lab1.record import ScenarioResult
-from labs.latency import LatencyStats
 from labs.report import Check, Report, ReportPaths, Table, jsonable
 
 MAXLEN_ZERO_NOTE = (

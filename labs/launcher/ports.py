@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import socket
 
-from labs.errors import LauncherError
+from labs.launcher.errors import LauncherError
 
 SINGLE_PORT_VAR = "LAB_SINGLE_PORT"
 AOF_PORT_VAR = "LAB_AOF_PORT"

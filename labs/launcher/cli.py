@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from labs.errors import LauncherError
-from labs.ports import DEFAULTS
-from labs.topology import TOPOLOGIES, Topology, TopologyStatus, default_run_dir
+from labs.launcher.errors import LauncherError
+from labs.launcher.ports import DEFAULTS
+from labs.launcher.topology import TOPOLOGIES, Topology, TopologyStatus, default_run_dir
 
 console = Console()
 

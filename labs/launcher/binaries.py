@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from labs.errors import LauncherError
+from labs.launcher.errors import LauncherError
 
 MIN_VERSION = (7, 0)
 BINARIES = ("redis-server", "redis-sentinel", "redis-cli")

@@ -1,6 +1,6 @@
 """``make check-lab-1 IMPL=...``: lab 1's checks against a student's implementation.
 
-``python -m labs.check_lab1 --impl my_lab1.py`` (or a dotted module name) loads the module,
+``python -m labs.lab1.check --impl my_lab1.py`` (or a dotted module name) loads the module,
 probes ``produce_one`` and ``consume_once`` on their own, then runs the lab's scenario with
 scaled-down timings (the ``smoke`` preset: seconds instead of minutes) and prints PASS or
 FAIL per check with the reason. Exit code 0 when every check passes, 1 otherwise.
@@ -22,13 +22,13 @@ import redis
 from rich.console import Console
 from rich.markup import escape
 
-from labs.errors import LauncherError
 from labs.lab1.checks import evaluate
 from labs.lab1.impl import REFERENCE, ImplError, load_impl, probe_block, probe_producer
 from labs.lab1.scenario import run_scenario
 from labs.lab1.settings import PRESETS
+from labs.launcher.errors import LauncherError
+from labs.launcher.topology import Topology
 from labs.report import Check
-from labs.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def run_checks(impl_spec: str, redis_url: str, *, preset: str = "smoke") -> list
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m labs.check_lab1", description="Lab 1 checks against an implementation."
+        prog="python -m labs.lab1.check", description="Lab 1 checks against an implementation."
     )
     parser.add_argument("--impl", default=REFERENCE, help=f"module name or .py file (default {REFERENCE})")
     parser.add_argument(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import redis
 
-from labs.topology import Topology
+from labs.launcher.topology import Topology
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 import redis
 
-from labs.errors import LauncherError
-from labs.persistence import count_present, write_acknowledged
-from labs.process import POLL_S, RedisProcess
-from labs.topology import QUORUM, Address, Topology
+from labs.experiments.persistence import count_present, write_acknowledged
+from labs.launcher.errors import LauncherError
+from labs.launcher.process import POLL_S, RedisProcess
+from labs.launcher.topology import QUORUM, Address, Topology
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from labs.errors import LauncherError
+from labs.launcher.errors import LauncherError
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class RedisProcess:
 
     def start(self, port_var: str) -> int:
         """Start the process from its config and wait until it answers PING."""
-        from labs import ports  # local: keeps the module graph flat
+        from labs.launcher import ports  # local: keeps the module graph flat
 
         if ports.in_use(self.port):
             raise LauncherError(
@@ -194,7 +194,7 @@ class RedisProcess:
     def _wait_port_closed(self, deadline: float) -> None:
         # A killed redis-server's main thread can be reaped while its other threads still hold
         # the listening socket for a few milliseconds; a restart then would find the port busy.
-        from labs import ports
+        from labs.launcher import ports
 
         while self.port and ports.in_use(self.port):
             if time.monotonic() > deadline:

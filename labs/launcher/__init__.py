@@ -6,14 +6,14 @@
 >>> launcher.status("sentinel").nodes        # roles and replication offsets
 >>> launcher.stop("sentinel")                # stop every process it started
 
-Ports and the run directory follow :mod:`labs.ports` and ``$LAB_RUN_DIR``; tests set those
+Ports and the run directory follow :mod:`labs.launcher.ports` and ``$LAB_RUN_DIR``; tests set those
 variables so that notebook kernels started by nbval use free ports too.
 """
 
 from __future__ import annotations
 
-from labs.errors import LauncherError
-from labs.topology import (
+from labs.launcher.errors import LauncherError
+from labs.launcher.topology import (
     Addresses,
     FailoverResult,
     Topology,

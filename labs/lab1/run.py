@@ -1,6 +1,6 @@
 """``make lab-1``: lab 1 of module 1 as one command, with its checks, experiments and report.
 
-``python -m labs.lab1_run [--quick] [--impl MODULE] [--redis-url URL]`` runs, on the lab's
+``python -m labs.lab1 [--quick] [--impl MODULE] [--redis-url URL]`` runs, on the lab's
 ``aof`` topology (appendonly everysec, started through the launcher when needed):
 
 1. the scenario: a producer (XADD every 100 ms, ``MAXLEN ~ 1000``), consumers ``billing-1``
@@ -35,16 +35,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from labs import persistence
-from labs.errors import LauncherError
+from labs.experiments import persistence
+from labs.experiments.latency import LAB_CASES, LatencyStats, case_label, xadd_latency
 from labs.lab1.impl import REFERENCE, ImplError, load_impl
 from labs.lab1.record import Sample, ScenarioResult
 from labs.lab1.scenario import run_scenario
 from labs.lab1.settings import PRESETS, Lab1Settings
 from labs.lab1.summary import build_report, write_logs
-from labs.latency import LAB_CASES, LatencyStats, case_label, xadd_latency
+from labs.launcher.errors import LauncherError
+from labs.launcher.topology import Topology
 from labs.report import Report, ReportPaths, print_report, write_report
-from labs.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def run_lab(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m labs.lab1_run", description="Lab 1: a Streams worker with a rescuer."
+        prog="python -m labs.lab1", description="Lab 1: a Streams worker with a rescuer."
     )
     timing = parser.add_mutually_exclusive_group()
     timing.add_argument("--quick", action="store_true", help="about a minute instead of about three")

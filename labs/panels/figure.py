@@ -1,4 +1,4 @@
-"""The widgets of :class:`labs.panel.StreamPanel`: a plotly FigureWidget and a status label.
+"""The widgets of :class:`labs.panels.panel.StreamPanel`: a plotly FigureWidget and a status label.
 
 Three charts side by side: XPENDING per consumer over time (one line per consumer, the
 busiest ``MAX_CONSUMER_TRACES`` of them), the group's lag, and the stream's age (how old its
@@ -9,14 +9,13 @@ build ``FigureWidget`` on ``anywidget``; without a frontend the widgets are plai
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-if TYPE_CHECKING:
-    from labs.panel import PanelSample
+from labs.panels.sample import PanelSample
 
 MAX_CONSUMER_TRACES = 8
 MAX_POINTS = 600

@@ -2,7 +2,7 @@
 
 Everything a topology writes (configs, logs, pid files, data) lives under
 ``<run_dir>/<topology>/``, where ``run_dir`` is ``$LAB_RUN_DIR`` or ``.run`` at the
-repository root. Ports come from :mod:`labs.ports`.
+repository root. Ports come from :mod:`labs.launcher.ports`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import redis
 
-from labs import binaries, ports
-from labs.errors import LauncherError
-from labs.process import POLL_S, RedisProcess, command
+from labs.launcher import binaries, ports
+from labs.launcher.errors import LauncherError
+from labs.launcher.process import POLL_S, RedisProcess, command
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class Topology:
 
     @classmethod
     def from_env(cls, name: str, run_dir: Path | None = None) -> Topology:
-        """The topology on its documented ports (see :mod:`labs.ports`), env overrides applied."""
+        """The topology on its documented ports (see :mod:`labs.launcher.ports`), env overrides applied."""
         run = run_dir or default_run_dir()
         down_after_ms = int(os.environ.get(DOWN_AFTER_VAR, "1000"))
         if name == "single":

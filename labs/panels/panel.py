@@ -5,7 +5,7 @@
 >>> panel.samples[-1].pending_by_consumer
 >>> panel.stop()
 
-The panel samples Redis from a daemon thread (see :mod:`labs.streams_info`): a thread keeps
+The panel samples Redis from a daemon thread (see :mod:`labs.panels.streams_info`): a thread keeps
 refreshing while the kernel runs other cells back to back, where an asyncio task would
 starve. The thread only sets widget values and never prints (a print from a thread lands
 in whichever cell happens to be running). It stops on :meth:`stop`, on leaving a ``with``
@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -29,30 +28,15 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from labs.panel_figure import PanelFigure
-from labs.streams_info import read_stream_stats
+from labs.panels.figure import PanelFigure
+from labs.panels.sample import PanelSample
+from labs.panels.streams_info import read_stream_stats
 
 log = logging.getLogger(__name__)
 
 SOCKET_TIMEOUT_S = 1.0
 MAX_BACKOFF_S = 5.0
 JOIN_TIMEOUT_S = 2 * SOCKET_TIMEOUT_S + MAX_BACKOFF_S
-
-
-@dataclass(frozen=True)
-class PanelSample:
-    """One refresh: seconds since start, XLEN, XPENDING per consumer, group lag, stream age."""
-
-    t_s: float
-    length: int
-    pending_by_consumer: dict[str, int] = field(default_factory=dict)
-    lag: int | None = None
-    stream_age_ms: int | None = None
-
-    @property
-    def pending(self) -> int:
-        """The pending entries of the consumers shown (all of them unless capped)."""
-        return sum(self.pending_by_consumer.values())
 
 
 class StreamPanel:

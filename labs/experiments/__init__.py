@@ -1,0 +1,6 @@
+"""The measured experiments that notebooks and labs call, each with its ``tests/test_<name>.py``.
+
+- :mod:`labs.experiments.persistence`: what kill -9 leaves of acknowledged writes, with and without AOF;
+- :mod:`labs.experiments.replication`: WAIT under a cut link, and the tail a failover loses;
+- :mod:`labs.experiments.latency`: XADD latency with and without MAXLEN.
+"""
