@@ -10,7 +10,7 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup redis-bin up up-aof up-sentinel failover failover-hard status down \
+.PHONY: help setup redis-bin browser up up-aof up-sentinel failover failover-hard status down \
         jupyter test lint clean bench lab-1 check-lab-1 kit notebooks-html
 
 help: ## list the targets
@@ -27,7 +27,10 @@ $(STAMP): pyproject.toml
 redis-bin:
 	@bash scripts/ensure-redis.sh
 
-setup: $(STAMP) redis-bin ## create .venv, install the packages and the Redis binaries
+browser: ## Debian's chromium for the browser test (skipped with a reason where it cannot be installed)
+	@bash scripts/ensure-chromium.sh
+
+setup: $(STAMP) redis-bin browser ## create .venv, install the packages, the Redis binaries and Chromium
 
 up: setup ## start the single topology (no persistence, port 6390)
 	@$(LAB) up single
@@ -50,8 +53,9 @@ status: setup ## roles, ports, offsets, each sentinel's master
 down: setup ## stop every Redis process the launcher started
 	@$(LAB) down
 
-jupyter: setup ## JupyterLab on notebooks/
-	@$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+jupyter: setup ## JupyterLab on notebooks/ (adds --allow-root when run as root)
+	@if [ "$$(id -u)" = 0 ]; then echo "running as root (a container or a classroom VM): starting JupyterLab with --allow-root"; fi
+	@$(VENV)/bin/jupyter lab --notebook-dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 notebooks-html: setup ## executed HTML copies of the notebooks in notebooks/html/, for reading without a kernel
 	@$(VENV)/bin/jupyter nbconvert --execute --to html --output-dir notebooks/html \
