@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from labs.launcher import ports
+from labs.launcher.configs import sentinel_conf
 from labs.launcher.topology import MASTER_NAME, QUORUM, Topology
 
 COMPOSE = Path(__file__).resolve().parents[1] / "compose"
@@ -62,7 +63,7 @@ def test_sentinel_yml_mirrors_the_native_topology(tmp_path: Path) -> None:
         s.port for s in native.sentinels
     ]
     script = next(iter(sentinels.values()))["command"][-1]
-    native_conf = native._sentinel_conf(native.sentinels[0]).splitlines()
+    native_conf = sentinel_conf(native.sentinels[0], native.servers[0].port, native.down_after_ms).splitlines()
     for line in native_conf:
         if line.startswith("sentinel "):
             assert line in script, f"compose sentinel lacks {line!r}"

@@ -2,42 +2,38 @@
 
 Everything a topology writes (configs, logs, pid files, data) lives under
 ``<run_dir>/<topology>/``, where ``run_dir`` is ``$LAB_RUN_DIR`` or ``.run`` at the
-repository root. Ports come from :mod:`labs.launcher.ports`.
+repository root. Ports come from :mod:`labs.launcher.ports`, the config files from
+:mod:`labs.launcher.configs`, and what the sentinels say from :mod:`labs.launcher.sentinel`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import signal
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import redis
-
-from labs.launcher import binaries, ports
+from labs.launcher import binaries, ports, sentinel
+from labs.launcher.configs import sentinel_conf, server_conf
 from labs.launcher.errors import LauncherError
-from labs.launcher.process import POLL_S, RedisProcess, command
+from labs.launcher.process import POLL_S, RedisProcess
+from labs.launcher.sentinel import MASTER_NAME, QUORUM, Address
+from labs.launcher.status import SentinelStatus, TopologyStatus, node_status
 
-log = logging.getLogger(__name__)
+__all__ = ["MASTER_NAME", "QUORUM", "Address", "Addresses", "FailoverResult", "Topology", "TopologyStatus"]
 
 TOPOLOGIES = ("single", "aof", "sentinel")
-MASTER_NAME = "mymaster"
-QUORUM = 2
 DOWN_AFTER_VAR = "LAB_DOWN_AFTER_MS"
 RUN_DIR_VAR = "LAB_RUN_DIR"
 READY_TIMEOUT_S = 30.0
-Address = tuple[str, int]
 
 
 def default_run_dir() -> Path:
     """``$LAB_RUN_DIR``, else ``.run`` at the repository root."""
     env = os.environ.get(RUN_DIR_VAR)
-    return Path(env) if env else Path(__file__).resolve().parents[1] / ".run"
+    return Path(env) if env else Path(__file__).resolve().parents[2] / ".run"
 
 
 @dataclass(frozen=True)
@@ -49,35 +45,6 @@ class Addresses:
     ports: tuple[int, ...]
     sentinels: tuple[Address, ...] = ()
     master_name: str | None = None
-
-
-@dataclass(frozen=True)
-class NodeStatus:
-    name: str
-    port: int
-    pid: int | None
-    role: str
-    offset: int | None
-    detail: str
-
-
-@dataclass(frozen=True)
-class SentinelStatus:
-    name: str
-    port: int
-    pid: int | None
-    master: Address | None
-
-
-@dataclass(frozen=True)
-class TopologyStatus:
-    topology: str
-    nodes: tuple[NodeStatus, ...]
-    sentinels: tuple[SentinelStatus, ...]
-
-    @property
-    def running(self) -> bool:
-        return any(n.pid for n in self.nodes) or any(s.pid for s in self.sentinels)
 
 
 @dataclass(frozen=True)
@@ -179,44 +146,13 @@ class Topology:
                 return proc
         raise LauncherError(f"port {port} is not a redis-server of the {self.name} topology")
 
-    def _server_conf(self, proc: RedisProcess, replica_of: int | None) -> str:
-        persist = self.name in ("aof", "sentinel")
-        lines = [
-            f"port {proc.port}",
-            "bind 127.0.0.1",
-            "daemonize no",
-            f'dir "{proc.data_dir}"',
-            'save ""',
-            f"appendonly {'yes' if persist else 'no'}",
-            "appendfsync everysec",
-            # Start a replica's full sync at once (the default waits 5 s to batch replicas).
-            "repl-diskless-sync-delay 0",
-        ]
-        if replica_of is not None:
-            lines.append(f"replicaof 127.0.0.1 {replica_of}")
-        return "\n".join([*lines, *self.extra_config]) + "\n"
-
-    def _sentinel_conf(self, proc: RedisProcess) -> str:
-        master = self.servers[0].port
-        lines = [
-            f"port {proc.port}",
-            "bind 127.0.0.1",
-            "daemonize no",
-            f'dir "{proc.data_dir}"',
-            f"sentinel monitor {MASTER_NAME} 127.0.0.1 {master} {QUORUM}",
-            f"sentinel down-after-milliseconds {MASTER_NAME} {self.down_after_ms}",
-            f"sentinel failover-timeout {MASTER_NAME} 10000",
-            f"sentinel parallel-syncs {MASTER_NAME} 1",
-        ]
-        return "\n".join(lines) + "\n"
-
     def _write_configs(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         master = self.servers[0].port
         for i, proc in enumerate(self.servers):
-            proc.conf.write_text(self._server_conf(proc, None if i == 0 else master))
+            proc.conf.write_text(server_conf(self.name, proc, None if i == 0 else master, self.extra_config))
         for proc in self.sentinels:
-            proc.conf.write_text(self._sentinel_conf(proc))
+            proc.conf.write_text(sentinel_conf(proc, master, self.down_after_ms))
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -268,32 +204,20 @@ class Topology:
 
     def sentinel_views(self) -> list[Address | None]:
         """The master address each sentinel reports (None where one does not answer)."""
-        views: list[Address | None] = []
-        for proc in self.sentinels:
-            with contextlib.closing(proc.client()) as client:
-                try:
-                    reply = command(client, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME)
-                except redis.RedisError:
-                    reply = None
-            views.append((str(reply[0]), int(reply[1])) if reply else None)
-        return views
+        return sentinel.sentinel_views(self.sentinels)
 
     def master_addr(self) -> Address:
         """The master: what a quorum of sentinels reports, else the server whose role is master."""
-        if self.sentinels:
-            votes = Counter(v for v in self.sentinel_views() if v is not None)
-            if votes:
-                addr, count = votes.most_common(1)[0]
-                if count >= QUORUM:
-                    return addr
+        if self.sentinels and (addr := sentinel.quorum_master(self.sentinels)) is not None:
+            return addr
         for proc in self.servers:
-            if _role(proc) == "master":
+            if sentinel.role(proc) == "master":
                 return ("127.0.0.1", proc.port)
         return ("127.0.0.1", self.servers[0].port)
 
     def status(self) -> TopologyStatus:
         """Roles, replication offsets and each sentinel's view of the master."""
-        nodes = tuple(_node_status(proc) for proc in self.servers)
+        nodes = tuple(node_status(proc) for proc in self.servers)
         views = self.sentinel_views()
         sentinels = tuple(
             SentinelStatus(proc.name, proc.port, proc.pid(), view)
@@ -320,30 +244,15 @@ class Topology:
             return f"sentinels disagree on the master: {views}"
         master = views[0]
         assert master is not None
-        with contextlib.closing(self.server(master[1]).client()) as client:
-            try:
-                replication = client.info("replication")
-            except redis.RedisError as exc:
-                return f"master {master} does not answer: {exc}"
         expected = len([p for p in self.servers if p.pid()]) - 1
-        online = sum(
-            1
-            for key, value in replication.items()
-            if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
-        )
+        online = sentinel.replicas_online(self.server(master[1]))
+        if isinstance(online, str):
+            return online
         if online < expected:
             return f"master {master} has {online} of {expected} replicas synced (state=online)"
         for proc in self.sentinels:
-            with contextlib.closing(proc.client()) as client:
-                try:
-                    state = command(client, "SENTINEL", "MASTER", MASTER_NAME)
-                except redis.RedisError as exc:
-                    return f"{proc.name} does not answer: {exc}"
-            info = _pairs(state)
-            if int(info.get("num-other-sentinels", 0)) < len(self.sentinels) - 1:
-                return f"{proc.name} knows {info.get('num-other-sentinels')} other sentinels"
-            if int(info.get("num-slaves", 0)) < expected:
-                return f"{proc.name} knows {info.get('num-slaves')} replicas"
+            if problem := sentinel.sentinel_problem(proc, len(self.sentinels), expected):
+                return problem
         return ""
 
     def failover(self, *, hard: bool = False, timeout_s: float = 30.0, restart_old: bool = True) -> FailoverResult:
@@ -360,66 +269,30 @@ class Topology:
         if hard:
             self.server(old[1]).kill(signal.SIGKILL)
         else:
-            self._ask_failover(started + timeout_s)
+            sentinel.ask_failover(self.sentinels, started + timeout_s)
         new = self.wait_new_master(old, started + timeout_s)
         elapsed_s = time.monotonic() - started
         if hard and restart_old:
             # Restart only once every sentinel has switched: a sentinel still mid-failover
             # that sees the old master answer again would demote the promoted replica.
-            self.wait_switched(new, started + timeout_s)
+            sentinel.wait_all_switched(self.sentinels, new, started + timeout_s)
             self.start(self.server(old[1]))
             self.wait_ready(timeout_s)
         return FailoverResult(old, new, elapsed_s, hard)
 
-    def _ask_failover(self, deadline: float) -> None:
-        last = ""
-        while time.monotonic() < deadline:
-            for proc in self.sentinels:
-                with contextlib.closing(proc.client()) as client:
-                    try:
-                        command(client, "SENTINEL", "FAILOVER", MASTER_NAME)
-                        return
-                    except redis.RedisError as exc:
-                        last = f"{proc.name}: {exc}"
-            time.sleep(0.2)
-        raise LauncherError(f"no sentinel accepted SENTINEL FAILOVER: {last}")
-
     def wait_switched(self, new: Address, deadline: float) -> None:
         """Poll until every sentinel has switched to ``new``, finished, and pinged it."""
-        while time.monotonic() < deadline:
-            if all(_switched(proc, new) for proc in self.sentinels):
-                return
-            time.sleep(POLL_S)
-        raise LauncherError(f"the sentinels did not all switch to {new[0]}:{new[1]} in time")
+        sentinel.wait_all_switched(self.sentinels, new, deadline)
 
     def wait_new_master(self, old: Address, deadline: float) -> Address:
         """Poll until a quorum of sentinels reports a master other than ``old`` (``time.monotonic`` deadline)."""
-        views: list[Address | None] = []
         while time.monotonic() < deadline:
-            views = self.sentinel_views()
-            votes = Counter(v for v in views if v is not None and v != old)
-            if votes:
-                addr, count = votes.most_common(1)[0]
-                if count >= QUORUM and _role(self.server(addr[1])) == "master":
-                    return addr
+            addr = sentinel.quorum_master(self.sentinels, besides=old)
+            if addr is not None and sentinel.role(self.server(addr[1])) == "master":
+                return addr
             time.sleep(POLL_S)
+        views = self.sentinel_views()
         raise LauncherError(f"no new master reported by a quorum of sentinels in time; they report {views}")
-
-
-def _switched(proc: RedisProcess, new: Address) -> bool:
-    with contextlib.closing(proc.client()) as client:
-        try:
-            info = _pairs(command(client, "SENTINEL", "MASTER", MASTER_NAME))
-        except redis.RedisError:
-            return False
-    # Switched, done, and with a fresh PING reply from the new master: a sentinel whose link
-    # to the new master is not up yet may still mark it down and fail over once more.
-    return (
-        (info.get("ip"), info.get("port")) == (new[0], str(new[1]))
-        and info.get("flags") == "master"
-        and info.get("role-reported") == "master"
-        and int(info.get("last-ok-ping-reply", "999999")) < 500
-    )
 
 
 def _distinct_free_ports(n: int) -> list[int]:
@@ -429,38 +302,6 @@ def _distinct_free_ports(n: int) -> list[int]:
         if port not in picked:
             picked.append(port)
     return picked
-
-
-def _pairs(reply: object) -> dict[str, str]:
-    if isinstance(reply, dict):
-        return {str(k): str(v) for k, v in reply.items()}
-    items = list(reply) if isinstance(reply, list | tuple) else []
-    return {str(k): str(v) for k, v in zip(items[::2], items[1::2], strict=False)}
-
-
-def _role(proc: RedisProcess) -> str:
-    with contextlib.closing(proc.client()) as client:
-        try:
-            return str(client.info("replication").get("role", "?"))
-        except redis.RedisError:
-            return "down"
-
-
-def _node_status(proc: RedisProcess) -> NodeStatus:
-    pid = proc.pid()
-    with contextlib.closing(proc.client()) as client:
-        try:
-            info = client.info("replication")
-        except redis.RedisError:
-            return NodeStatus(proc.name, proc.port, pid, "down", None, "")
-    role = str(info.get("role", "?"))
-    if role == "master":
-        offset = info.get("master_repl_offset")
-        detail = f"{info.get('connected_slaves', 0)} replica(s) linked"
-    else:
-        offset = info.get("slave_repl_offset")
-        detail = f"of {info.get('master_host')}:{info.get('master_port')}, link {info.get('master_link_status')}"
-    return NodeStatus(proc.name, proc.port, pid, role, int(offset) if offset is not None else None, detail)
 
 
 def iter_topologies(run_dir: Path | None = None) -> Iterator[Topology]:

@@ -1,0 +1,42 @@
+"""The config files the launcher writes: redis.conf for servers, sentinel.conf for sentinels."""
+
+from __future__ import annotations
+
+from labs.launcher.process import RedisProcess
+from labs.launcher.sentinel import MASTER_NAME, QUORUM
+
+PERSISTENT = ("aof", "sentinel")
+
+
+def server_conf(topology: str, proc: RedisProcess, replica_of: int | None, extra: tuple[str, ...] = ()) -> str:
+    """A redis-server config: loopback, no RDB snapshots, AOF everysec for ``aof`` and ``sentinel``."""
+    persist = topology in PERSISTENT
+    lines = [
+        f"port {proc.port}",
+        "bind 127.0.0.1",
+        "daemonize no",
+        f'dir "{proc.data_dir}"',
+        'save ""',
+        f"appendonly {'yes' if persist else 'no'}",
+        "appendfsync everysec",
+        # Start a replica's full sync at once (the default waits 5 s to batch replicas).
+        "repl-diskless-sync-delay 0",
+    ]
+    if replica_of is not None:
+        lines.append(f"replicaof 127.0.0.1 {replica_of}")
+    return "\n".join([*lines, *extra]) + "\n"
+
+
+def sentinel_conf(proc: RedisProcess, master_port: int, down_after_ms: int) -> str:
+    """A sentinel config watching ``mymaster`` at ``master_port`` with quorum 2."""
+    lines = [
+        f"port {proc.port}",
+        "bind 127.0.0.1",
+        "daemonize no",
+        f'dir "{proc.data_dir}"',
+        f"sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} {QUORUM}",
+        f"sentinel down-after-milliseconds {MASTER_NAME} {down_after_ms}",
+        f"sentinel failover-timeout {MASTER_NAME} 10000",
+        f"sentinel parallel-syncs {MASTER_NAME} 1",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,130 @@
+"""What the sentinels of a topology say: their view of the master, readiness, failover steps.
+
+Free functions over the sentinel and server processes, so that :class:`~labs.launcher.topology.Topology`
+stays about lifecycle and each question asked of Sentinel is one small function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import redis
+
+from labs.launcher.errors import LauncherError
+from labs.launcher.process import POLL_S, RedisProcess, command
+
+MASTER_NAME = "mymaster"
+QUORUM = 2
+Address = tuple[str, int]
+
+
+def sentinel_views(sentinels: Sequence[RedisProcess]) -> list[Address | None]:
+    """``SENTINEL GET-MASTER-ADDR-BY-NAME`` on each sentinel (None where one does not answer)."""
+    views: list[Address | None] = []
+    for proc in sentinels:
+        with contextlib.closing(proc.client()) as client:
+            try:
+                reply = command(client, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME)
+            except redis.RedisError:
+                reply = None
+        views.append((str(reply[0]), int(reply[1])) if reply else None)
+    return views
+
+
+def quorum_master(sentinels: Sequence[RedisProcess], *, besides: Address | None = None) -> Address | None:
+    """The master a quorum of sentinels reports (other than ``besides``), else None."""
+    votes = Counter(v for v in sentinel_views(sentinels) if v is not None and v != besides)
+    if votes:
+        addr, count = votes.most_common(1)[0]
+        if count >= QUORUM:
+            return addr
+    return None
+
+
+def replicas_online(master: RedisProcess) -> int | str:
+    """How many replicas ``INFO replication`` on ``master`` shows with ``state=online`` (or the error)."""
+    with contextlib.closing(master.client()) as client:
+        try:
+            replication = client.info("replication")
+        except redis.RedisError as exc:
+            return f"master {master.port} does not answer: {exc}"
+    return sum(
+        1
+        for key, value in replication.items()
+        if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    )
+
+
+def sentinel_problem(proc: RedisProcess, n_sentinels: int, n_replicas: int) -> str:
+    """Why ``SENTINEL MASTER`` on ``proc`` shows it is not ready yet ('' when it is)."""
+    with contextlib.closing(proc.client()) as client:
+        try:
+            info = pairs(command(client, "SENTINEL", "MASTER", MASTER_NAME))
+        except redis.RedisError as exc:
+            return f"{proc.name} does not answer: {exc}"
+    if int(info.get("num-other-sentinels", 0)) < n_sentinels - 1:
+        return f"{proc.name} knows {info.get('num-other-sentinels')} other sentinels"
+    if int(info.get("num-slaves", 0)) < n_replicas:
+        return f"{proc.name} knows {info.get('num-slaves')} replicas"
+    return ""
+
+
+def ask_failover(sentinels: Sequence[RedisProcess], deadline: float) -> None:
+    """``SENTINEL FAILOVER`` on the first sentinel that accepts it, retried until ``deadline``."""
+    last = ""
+    while time.monotonic() < deadline:
+        for proc in sentinels:
+            with contextlib.closing(proc.client()) as client:
+                try:
+                    command(client, "SENTINEL", "FAILOVER", MASTER_NAME)
+                    return
+                except redis.RedisError as exc:
+                    last = f"{proc.name}: {exc}"
+        time.sleep(0.2)
+    raise LauncherError(f"no sentinel accepted SENTINEL FAILOVER: {last}")
+
+
+def switched(proc: RedisProcess, new: Address) -> bool:
+    """True once ``proc`` has switched to ``new``, finished the failover, and pinged the new master."""
+    with contextlib.closing(proc.client()) as client:
+        try:
+            info = pairs(command(client, "SENTINEL", "MASTER", MASTER_NAME))
+        except redis.RedisError:
+            return False
+    # Switched, done, and with a fresh PING reply from the new master: a sentinel whose link
+    # to the new master is not up yet may still mark it down and fail over once more.
+    return (
+        (info.get("ip"), info.get("port")) == (new[0], str(new[1]))
+        and info.get("flags") == "master"
+        and info.get("role-reported") == "master"
+        and int(info.get("last-ok-ping-reply", "999999")) < 500
+    )
+
+
+def wait_all_switched(sentinels: Sequence[RedisProcess], new: Address, deadline: float) -> None:
+    """Poll until every sentinel has :func:`switched` to ``new`` (``time.monotonic`` deadline)."""
+    while time.monotonic() < deadline:
+        if all(switched(proc, new) for proc in sentinels):
+            return
+        time.sleep(POLL_S)
+    raise LauncherError(f"the sentinels did not all switch to {new[0]}:{new[1]} in time")
+
+
+def pairs(reply: object) -> dict[str, str]:
+    """A flat ``[k1, v1, k2, v2 ...]`` or dict reply as a dict of strings."""
+    if isinstance(reply, dict):
+        return {str(k): str(v) for k, v in reply.items()}
+    items = list(reply) if isinstance(reply, list | tuple) else []
+    return {str(k): str(v) for k, v in zip(items[::2], items[1::2], strict=False)}
+
+
+def role(proc: RedisProcess) -> str:
+    """``master``, ``slave``, ``?`` or ``down`` (from ``INFO replication``)."""
+    with contextlib.closing(proc.client()) as client:
+        try:
+            return str(client.info("replication").get("role", "?"))
+        except redis.RedisError:
+            return "down"
