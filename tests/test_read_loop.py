@@ -43,9 +43,9 @@ def test_handling_inside_the_loop_stalls_reading(redis_url: str, key_prefix: str
 
 
 def test_count_bounds_a_batch_not_the_work_in_hand(redis_url: str, key_prefix: str) -> None:
-    ahead = work_held_at_crash(redis_url, f"{key_prefix}a", count=4, read_ahead=True, crash_after_s=0.3)
-    small = work_held_at_crash(redis_url, f"{key_prefix}b", count=4, read_ahead=False, crash_after_s=0.3)
-    large = work_held_at_crash(redis_url, f"{key_prefix}c", count=64, read_ahead=False, crash_after_s=0.3)
+    ahead = work_held_at_crash(redis_url, f"{key_prefix}a", count=4, read_ahead=True, crash_after_handled=10)
+    small = work_held_at_crash(redis_url, f"{key_prefix}b", count=4, read_ahead=False, crash_after_handled=10)
+    large = work_held_at_crash(redis_url, f"{key_prefix}c", count=64, read_ahead=False, crash_after_handled=10)
     assert ahead.max_pel > 10 * ahead.count and ahead.held_at_crash > 10 * ahead.count
-    assert small.held_at_crash <= 4 and small.handled > 0
-    assert 4 < large.held_at_crash <= 64
+    assert (small.handled, small.held_at_crash, small.max_pel) == (10, 2, 4)  # 3rd batch of 4, 2 done
+    assert (large.handled, large.held_at_crash, large.max_pel) == (10, 54, 64)  # 1st batch of 64, 10 done

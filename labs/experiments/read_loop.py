@@ -132,9 +132,9 @@ def work_held_at_crash(
     read_ahead: bool,
     entries: int = 200,
     work_ms: int = 5,
-    crash_after_s: float = 0.3,
+    crash_after_handled: int = 10,
 ) -> HeldAtCrash:
-    """Run one consumer on ``entries`` entries and "crash" it after ``crash_after_s`` (no more acks).
+    """Run one consumer on ``entries`` entries; it "crashes" (no more work, no acks) after N handled.
 
     ``read_ahead=False``: read ``COUNT``, handle each, ``XACK`` each, read again.
     ``read_ahead=True``: read ``COUNT``, hand each to a pool of 2 threads with an unbounded
@@ -150,12 +150,11 @@ def work_held_at_crash(
             if crashed.is_set():
                 return  # the process is dead: nothing more gets done or acked
             time.sleep(work_ms / 1000)
-            if not crashed.is_set():
-                client.xack(stream, GROUP, msg_id)
-                handled.append(msg_id)
+            client.xack(stream, GROUP, msg_id)
+            handled.append(msg_id)
+            if len(handled) >= crash_after_handled:
+                crashed.set()
 
-        timer = threading.Timer(crash_after_s, crashed.set)
-        timer.start()
         with ThreadPoolExecutor(max_workers=2) as pool:
             while not crashed.is_set():
                 ids = entry_ids(client.xreadgroup(GROUP, "consumer", {stream: ">"}, count=count, block=50))
@@ -166,7 +165,6 @@ def work_held_at_crash(
                     else:
                         handle(msg_id)
             pool.shutdown(wait=True, cancel_futures=True)
-        timer.cancel()
         return HeldAtCrash(count, read_ahead, len(handled), _pel(client, stream), max_pel)
 
 
