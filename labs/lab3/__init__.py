@@ -1,0 +1,43 @@
+"""Lab 3 (course module 3): a billing worker that survives failover and SIGTERM, measured.
+
+``make lab-3`` (``python -m labs.lab3``) runs, on the native Sentinel topology, a producer at
+50 events/s and three workers ``billing-1..3`` (the reference ``billing-worker`` or the
+command in ``WORKER=``) in three modes (normal, failover, SIGTERM) for each dedupe strategy
+(none, redis, sqlite), and reports sent / confirmed / unknown, charged once, lost,
+duplicated, dead-lettered, reclaimed, redeliveries, downtime and time to recover, all taken
+from independent records (the producer's log, the SQLite ledger, Redis).
+
+From Python (notebook 08 does this)::
+
+    from labs.lab3 import run_lab
+    result = run_lab(quick=True, progress=lambda text, fraction: print(text))
+    result.passed                 # every check passed
+    result.report.tables[0]       # the three-mode table
+    result.report.notes           # the conclusions in words
+    result.paths.html             # reports/lab3-<timestamp>/report.html
+
+Modules: :mod:`~labs.lab3.settings` (timings, presets), :mod:`~labs.lab3.contract` (how a
+worker is started: flags and environment), :mod:`~labs.lab3.cell` and
+:mod:`~labs.lab3.scenario` (one mode's cells under load, with the fault),
+:mod:`~labs.lab3.record`, :mod:`~labs.lab3.probe` and :mod:`~labs.lab3.measure` (the
+records and the figures), :mod:`~labs.lab3.checks`, :mod:`~labs.lab3.conclusions`,
+:mod:`~labs.lab3.figures`, :mod:`~labs.lab3.summary` (the report), :mod:`~labs.lab3.run`
+(``python -m labs.lab3``) and :mod:`~labs.lab3.check` (``make check-lab-3``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from labs.lab3.run import Lab3Report
+
+
+def run_lab(**kwargs: Any) -> Lab3Report:
+    """Run the lab and return its :class:`~labs.lab3.run.Lab3Report` (see :func:`labs.lab3.run.run_lab`)."""
+    from labs.lab3.run import run_lab as _run_lab
+
+    return _run_lab(**kwargs)
+
+
+__all__ = ["run_lab"]

@@ -1,0 +1,146 @@
+"""One cell of the lab: a mode and a dedupe strategy on a stream of its own, with its processes.
+
+A cell owns a stream (``lab3:<run>:<cell>:orders``), its group ``billing``, its DLQ
+``<stream>:dlq``, a SQLite ledger, a producer and three workers ``billing-1..3``. The cells
+of one phase run at the same time on the same topology, so one fault hits them all alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labs.lab3.contract import WorkerConfig, WorkerSpec, producer_argv, spawn, worker_argv, worker_env
+from labs.lab3.settings import WORKERS, Lab3Settings
+
+GROUP = "billing"
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Exit:
+    """How a worker process ended: when, by which signal, with which code."""
+
+    consumer: str
+    signal: str
+    code: int | None
+    at: float
+    log: str
+
+
+@dataclass
+class Cell:
+    """A mode x strategy (x WAIT) cell and the processes it runs."""
+
+    mode: str
+    strategy: str
+    wait: bool
+    run_id: str
+    home: Path
+    sentinels: tuple[tuple[str, int], ...]
+    master_name: str
+    spec: WorkerSpec
+    settings: Lab3Settings
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    producer: subprocess.Popen[bytes] | None = None
+    exits: list[Exit] = field(default_factory=list)
+    starts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode}{'-wait' if self.wait else ''}-{self.strategy}"
+
+    @property
+    def variant(self) -> str:
+        """The mode as the report names it: ``failover`` and ``failover+wait`` are two rows."""
+        return f"{self.mode}+wait" if self.wait else self.mode
+
+    @property
+    def stream(self) -> str:
+        return f"lab3:{self.run_id}:{self.name}:orders"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.stream}:dlq"
+
+    @property
+    def ledger(self) -> Path:
+        return self.home / "ledger.sqlite3"
+
+    @property
+    def sent_log(self) -> Path:
+        return self.home / "producer.jsonl"
+
+    def worker_log(self, consumer: str) -> Path:
+        return self.home / f"{consumer}.log"
+
+    def start_worker(self, consumer: str) -> None:
+        config = WorkerConfig(
+            self.sentinels, self.master_name, self.stream, GROUP, consumer, self.ledger, self.strategy
+        )
+        argv = worker_argv(self.spec, config, self.settings)
+        self.starts[consumer] = self.starts.get(consumer, 0) + 1
+        self.workers[consumer] = spawn(argv, self.worker_log(consumer), worker_env(config, self.settings))
+
+    def start(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        for consumer in WORKERS:
+            self.start_worker(consumer)
+
+    def start_producer(self) -> None:
+        argv = producer_argv(
+            self.sentinels, self.master_name, self.stream, self.sent_log, self.settings, wait=self.wait
+        )
+        self.producer = spawn(argv, self.home / "producer.log")
+
+    def stop_producer(self) -> None:
+        if self.producer is not None:
+            _stop(self.producer, signal.SIGINT)
+
+    def signal_worker(self, consumer: str, sig: int = signal.SIGTERM) -> None:
+        proc = self.workers[consumer]
+        if proc.poll() is None:
+            proc.send_signal(sig)
+
+    def reap(self, consumer: str, sig_name: str, timeout_s: float = STOP_TIMEOUT_S) -> Exit:
+        """Wait for one worker to exit (SIGKILL after ``timeout_s``) and record how it ended."""
+        proc = self.workers[consumer]
+        try:
+            code: int | None = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+            code, sig_name = None, f"{sig_name}, then SIGKILL after {timeout_s:.0f} s"
+        done = Exit(consumer, sig_name, code, time.time(), self.worker_log(consumer).name)
+        self.exits.append(done)
+        return done
+
+    def stop_workers(self) -> None:
+        """SIGTERM to every running worker, then wait for each (the ordinary end of a cell)."""
+        running = [c for c, p in self.workers.items() if p.poll() is None]
+        for consumer in running:
+            self.signal_worker(consumer)
+        for consumer in running:
+            self.reap(consumer, "SIGTERM")
+
+    def kill_all(self) -> None:
+        """SIGKILL to whatever of this cell's processes still runs (cleanup after an error)."""
+        for proc in [*self.workers.values(), *([self.producer] if self.producer else [])]:
+            if proc.poll() is None:
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(5)
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: int) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

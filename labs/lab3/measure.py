@@ -1,0 +1,126 @@
+"""The figures of one cell, computed from its :class:`~labs.lab3.record.CellRecord`.
+
+Definitions (the report repeats them):
+
+- **lost**: confirmed by the producer, but neither charged nor dead-lettered;
+- **duplicated**: events charged more than once (``charges`` is never deduplicated);
+- **downtime**: the longest gap between consecutive charges from the last charge before
+  the fault until the producer stopped (without a fault: over the whole load);
+- **recover, first charge**: fault -> first charge of an event sent after the fault;
+- **recover, backlog**: fault -> first sample where pending and lag are back to their
+  pre-fault maximum (under load they are never 0: work in flight and failures waiting
+  for the rescuer);
+- **settle**: producer stopped -> pending = 0 and lag = 0;
+- **missing on new master**: confirmed sends whose event is not in the stream afterwards
+  (with no MAXLEN, only a failover can remove a confirmed entry).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+
+from labs.lab3.record import CellRecord, Sample
+
+SHOWN = 5
+WARMUP_S = 3.0
+
+
+@dataclass
+class CellResult:
+    """One cell's row of the report (all JSON-able)."""
+
+    mode: str
+    strategy: str
+    attempted: int = 0
+    confirmed: int = 0
+    unknown: int = 0
+    charged_once: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    dead_lettered: int = 0
+    reclaimed: int | None = None
+    redeliveries: int | None = None
+    downtime_s: float | None = None
+    recover_first_charge_s: float | None = None
+    recover_backlog_s: float | None = None
+    settle_s: float | None = None
+    missing_on_new_master: int | None = None
+    unknown_but_charged: int = 0
+    pending_end: int = 0
+    lag_end: int = 0
+    drain_complete: int = 0
+    acked_not_done: int | None = None
+    lost_ids: list[str] = field(default_factory=list)
+    duplicate_ids: list[str] = field(default_factory=list)
+    missing_ids: list[str] = field(default_factory=list)
+    exits: list[dict[str, object]] = field(default_factory=list)
+
+
+def longest_gap(times: list[float], start: float, end: float) -> float | None:
+    """The longest gap between consecutive times, from the last one before ``start`` to ``end``."""
+    before = [t for t in times if t <= start]
+    inside = [t for t in times if start < t <= end]
+    points = ([before[-1]] if before else [start]) + inside
+    if len(points) < 2:
+        return end - start if end > start else None
+    return max(b - a for a, b in itertools.pairwise(points))
+
+
+def _backlog_recovered(samples: list[Sample], t0: float, fault_t: float, after: float) -> float | None:
+    before = [s for s in samples if t0 + WARMUP_S <= s.t < fault_t and s.pending is not None and s.lag is not None]
+    if not before:
+        return None
+    max_pending = max(s.pending or 0 for s in before)
+    max_lag = max(s.lag or 0 for s in before)
+    for s in samples:
+        known = s.pending is not None and s.lag is not None
+        if known and s.t >= after and (s.pending or 0) <= max_pending and 0 <= (s.lag or 0) <= max_lag:
+            return s.t - fault_t
+    return None
+
+
+def _timing(r: CellRecord, res: CellResult, sent_after_fault: set[str]) -> None:
+    times = [c.t for c in r.charges]
+    start = r.fault_t if r.fault_t is not None else r.t0 + WARMUP_S
+    res.downtime_s = longest_gap(times, start, r.produce_end)
+    if r.settled_t is not None:
+        res.settle_s = max(0.0, r.settled_t - r.produce_end)
+    if r.fault_t is None:
+        return
+    firsts = [c.t for c in r.charges if c.event_id in sent_after_fault]
+    if firsts:
+        first = min(firsts)
+        res.recover_first_charge_s = first - r.fault_t
+        res.recover_backlog_s = _backlog_recovered(r.samples, r.t0, r.fault_t, first)
+
+
+def measure(mode: str, strategy: str, r: CellRecord) -> CellResult:
+    """Every figure of the report for one cell."""
+    res = CellResult(mode, strategy)
+    confirmed = {s.event_id for s in r.sends if s.confirmed}
+    unknown = {s.event_id for s in r.sends if not s.confirmed}
+    counts = Counter(c.event_id for c in r.charges)
+    dead = set(r.dlq_events)
+    res.attempted, res.confirmed, res.unknown = len(r.sends), len(confirmed), len(unknown)
+    res.charged_once = sum(1 for n in counts.values() if n == 1)
+    lost = sorted(confirmed - set(counts) - dead)
+    dupes = sorted(e for e, n in counts.items() if n > 1)
+    res.lost, res.lost_ids = len(lost), lost[:SHOWN]
+    res.duplicated, res.duplicate_ids = len(dupes), dupes[:SHOWN]
+    res.dead_lettered = len(dead)
+    res.unknown_but_charged = len(unknown & set(counts))
+    res.reclaimed = r.logs.reclaimed if r.logs.reclaimed is not None else (r.logs.reclaims or None)
+    res.redeliveries = r.logs.errors
+    res.pending_end, res.lag_end = r.pending_end, r.lag_end
+    res.drain_complete = r.logs.drain_lines
+    res.exits = r.exits
+    if r.acked_not_done is not None:
+        res.acked_not_done = len(r.acked_not_done)
+    if mode == "failover":
+        missing = sorted(confirmed - r.stream_events)
+        res.missing_on_new_master, res.missing_ids = len(missing), missing[:SHOWN]
+    sent_after = {s.event_id for s in r.sends if r.fault_t is not None and s.t > r.fault_t}
+    _timing(r, res, sent_after)
+    return res

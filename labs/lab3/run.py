@@ -1,0 +1,137 @@
+"""``make lab-3`` (``python -m labs.lab3``): the three modes, the report, the checks.
+
+Options: ``--quick`` (about 2 minutes instead of about 5), ``--repeat N``, ``--failover
+graceful`` (SENTINEL FAILOVER instead of kill -9), ``--strategies``, ``--modes``, ``--worker
+CMD`` (default ``$WORKER``, else the reference), ``--env-only`` (pass the worker its settings
+in the environment only). Exit code 0 when every check passes, 1 when one fails, 2 when the
+lab cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from labs.lab3.contract import WORKER_VAR, WorkerSpec
+from labs.lab3.runner import LabRuns, copy_records, delete_keys, run_phases
+from labs.lab3.scenario import LabError
+from labs.lab3.settings import FAILOVER_KINDS, MODES, PRESETS, STRATEGIES, Lab3Settings
+from labs.lab3.summary import build_report
+from labs.launcher.errors import LauncherError
+from labs.report import Report, ReportPaths, print_report, write_report
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[str, float], None]
+
+
+@dataclass
+class Lab3Report:
+    """What :func:`run_lab` returns: the report (checks, tables, figures, notes, data), where
+    it was written, and the raw runs (records and measured results per cell)."""
+
+    report: Report
+    paths: ReportPaths | None
+    runs: LabRuns
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed
+
+
+def run_lab(
+    *,
+    quick: bool = False,
+    settings: Lab3Settings | None = None,
+    worker: str | None = None,
+    env_only: bool = False,
+    progress: ProgressFn | None = None,
+    reports_dir: Path | None = None,
+    write: bool = True,
+    keep_keys: bool = False,
+) -> Lab3Report:
+    """Run lab 3 on the native Sentinel topology (started if needed) and return its report.
+
+    ``progress(text, fraction)`` is called a few times a second with what runs now and how
+    far the current phase is. ``worker`` is a command (default ``$WORKER``, else the
+    reference ``python -m solutions.billing``).
+    """
+    s = settings or PRESETS["quick" if quick else "full"]
+    spec = WorkerSpec.from_text(worker, flags=not env_only) if worker else WorkerSpec.from_env()
+    if env_only:
+        spec = WorkerSpec(spec.command, flags=False)
+    runs = run_phases(s, spec, progress)
+    report = build_report(runs)
+    paths = write_report(report, reports_dir) if write else None
+    if paths is not None:
+        copy_records(runs, paths.folder)
+    if not keep_keys:
+        delete_keys(runs)
+    return Lab3Report(report, paths, runs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m labs.lab3", description="Lab 3: a billing worker under faults.")
+    p.add_argument("--quick", action="store_true", help="about 2 minutes instead of about 5")
+    p.add_argument("--repeat", type=int, default=1, help="run every cell N times; the table shows median [min..max]")
+    p.add_argument("--failover", choices=FAILOVER_KINDS, default="hard", help="kill -9 (hard) or SENTINEL FAILOVER")
+    p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated dedupe strategies")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
+    p.add_argument("--worker", default=None, help=f"worker command (default ${WORKER_VAR}, else the reference)")
+    p.add_argument("--env-only", action="store_true", help="give the worker its settings in the environment only")
+    p.add_argument("--reports-dir", type=Path, help="where reports go (default reports/ or $LAB_REPORTS_DIR)")
+    p.add_argument("--keep-keys", action="store_true", help="leave the run's streams in Redis to inspect")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> Lab3Settings:
+    base = PRESETS["quick" if args.quick else "full"]
+    return base.with_options(
+        repeat=args.repeat,
+        failover=args.failover,
+        strategies=tuple(x for x in args.strategies.split(",") if x),
+        modes=tuple(x for x in args.modes.split(",") if x),
+    )
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    console = Console()
+    try:
+        s = settings_from_args(args)
+    except ValueError as exc:
+        console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return 2
+    console.print(f"lab 3: modes {', '.join(s.modes)} x dedupe {', '.join(s.strategies)}, repeat {s.repeat} ...")
+    try:
+        with _progress(console) as bar:
+            task = bar.add_task("starting", total=1.0)
+
+            def show(text: str, fraction: float) -> None:
+                bar.update(task, description=text, completed=min(1.0, fraction))
+
+            result = run_lab(settings=s, worker=args.worker, env_only=args.env_only, progress=show,
+                             reports_dir=args.reports_dir, keep_keys=args.keep_keys)
+    except (LauncherError, LabError) as exc:
+        console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return 2
+    print_report(console, result.report, max_rows=40)
+    for note in result.report.notes[:-1]:
+        console.print(f"- {escape(note)}")
+    if result.paths is not None:
+        console.print(f"report: {result.paths.markdown}, {result.paths.html}, {result.paths.json}")
+    verdict = "[bold green]all checks passed[/]" if result.passed else "[bold red]some checks failed[/]"
+    console.print(verdict)
+    return 0 if result.passed else 1

@@ -1,0 +1,123 @@
+"""The lab's phases in order, with the topology restored between them.
+
+:func:`run_phases` builds each mode's cells (every strategy, and for ``failover`` each
+strategy with and without ``WAIT 1``), runs them as one :class:`~labs.lab3.scenario.Phase`
+and measures them. After a failover the launcher has already restarted the old master as a
+replica; ``launcher.ensure`` waits until the topology is whole again before the next phase.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labs import launcher
+from labs.lab3.cell import Cell
+from labs.lab3.contract import WorkerSpec
+from labs.lab3.measure import CellResult, measure
+from labs.lab3.record import CellRecord
+from labs.lab3.scenario import Notify, Phase
+from labs.lab3.settings import Lab3Settings
+from labs.launcher.topology import default_run_dir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """One cell's result with what the charts need (first repeat only is drawn)."""
+
+    repeat: int
+    variant: str
+    strategy: str
+    result: CellResult
+    record: CellRecord
+    home: Path
+
+
+@dataclass
+class PhaseTiming:
+    mode: str
+    repeat: int
+    durations_s: dict[str, float]
+    fault: dict[str, Any]
+
+
+@dataclass
+class LabRuns:
+    settings: Lab3Settings
+    worker: str
+    run_id: str
+    home: Path
+    runs: list[Run] = field(default_factory=list)
+    phases: list[PhaseTiming] = field(default_factory=list)
+    total_s: float = 0.0
+
+
+def make_cells(mode: str, run_id: str, home: Path, addrs: launcher.Addresses, spec: WorkerSpec,
+               s: Lab3Settings) -> list[Cell]:
+    waits = (False, True) if mode == "failover" else (False,)
+    cells = []
+    for wait in waits:
+        for strategy in s.strategies:
+            cell = Cell(mode, strategy, wait, run_id, home, addrs.sentinels, addrs.master_name or "mymaster",
+                        spec, s)
+            cell.home = home / cell.name
+            cells.append(cell)
+    return cells
+
+
+def run_phases(s: Lab3Settings, spec: WorkerSpec, notify: Notify | None = None,
+               home: Path | None = None) -> LabRuns:
+    """Every mode x repeat, in order; returns the measured runs and the phase timings."""
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
+    base = home or default_run_dir() / "lab3" / run_id
+    runs = LabRuns(s, spec.label, run_id, base)
+    started = time.monotonic()
+    for repeat in range(1, s.repeat + 1):
+        for mode in s.modes:
+            restore_started = time.monotonic()
+            addrs = launcher.ensure("sentinel")
+            restore_s = time.monotonic() - restore_started
+            folder = base / f"r{repeat}"
+            cells = make_cells(mode, f"{run_id}:r{repeat}", folder, addrs, spec, s)
+            phase = Phase(mode, cells, s, notify).run()
+            phase.durations_s = {"topology ready": round(restore_s, 2), **phase.durations_s}
+            runs.phases.append(PhaseTiming(mode, repeat, phase.durations_s, phase.fault))
+            for cell, record in phase.records:
+                result = measure(mode, cell.strategy, record)
+                runs.runs.append(Run(repeat, cell.variant, cell.strategy, result, record, cell.home))
+    launcher.ensure("sentinel")
+    runs.total_s = time.monotonic() - started
+    return runs
+
+
+def delete_keys(runs: LabRuns) -> int:
+    """Delete the run's keys (streams, DLQs, dedupe markers) from the master; returns how many."""
+    from labs.lab3.probe import master_client
+
+    addrs = launcher.ensure("sentinel")
+    client = master_client(addrs.sentinels, addrs.master_name or "mymaster")
+    try:
+        keys = list(client.scan_iter(match=f"*lab3:{runs.run_id}:*", count=1000))
+        for start in range(0, len(keys), 500):
+            client.delete(*keys[start : start + 500])
+        return len(keys)
+    finally:
+        client.close()
+
+
+def copy_records(runs: LabRuns, folder: Path) -> None:
+    """Copy every cell's logs and ledger beside the report (``cells/r<N>/<cell>/``)."""
+    for run in runs.runs:
+        target = folder / "cells" / f"r{run.repeat}" / run.home.name
+        shutil.copytree(run.home, target, dirs_exist_ok=True)
+
+
+Progress = Callable[[str, float], None]
