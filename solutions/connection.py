@@ -15,7 +15,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelManagedConnection
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import (
     BusyLoadingError,
@@ -47,6 +47,22 @@ def _client_options(socket_timeout_s: float) -> dict[str, Any]:
     }
 
 
+class MasterFollowingConnection(SentinelManagedConnection):
+    """A Sentinel-managed connection that asks the sentinels for the master on *every* reconnect.
+
+    redis-py 8 reconnects a dropped connection inside its command retry loop through
+    ``connect_check_health``, which reuses the last host and port and skips the Sentinel
+    lookup (redis-py issue #3874). With a paused master that address still accepts TCP
+    connections and never answers, so each retry waits out a whole socket timeout on the old
+    master. Reconnecting through :meth:`connect` looks the master up first.
+    """
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self.is_connected:
+            await self.connect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        await super().send_packed_command(command, check_health)
+
+
 def connect(
     *,
     redis_url: str,
@@ -69,7 +85,7 @@ def connect(
                 "socket_connect_timeout": CONNECT_TIMEOUT_S,
             },
         )
-        client: Client = sentinel.master_for(master_name, **options)
+        client: Client = sentinel.master_for(master_name, connection_class=MasterFollowingConnection, **options)
         return client
     return aioredis.Redis.from_url(redis_url, **options)
 

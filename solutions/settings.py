@@ -15,7 +15,7 @@ from pathlib import Path
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
 DEDUPE_STRATEGIES = ("none", "redis", "redis-2phase", "sqlite")
 ENV_PREFIX = "BILLING_"
-SOCKET_MARGIN_S = 3.0
+SOCKET_MARGIN_S = 1.5
 Address = tuple[str, int]
 
 

@@ -1,18 +1,25 @@
-"""Sentinel failover under load: kill -9 of the master while a producer writes and two workers charge.
+"""Sentinel failover under load, with the master killed (kill -9) or paused (SIGSTOP).
 
-Every event whose XADD was confirmed by ``WAIT 1`` must be charged exactly once (``sqlite``
-dedupe), and charging must resume within a few seconds of the promotion.
+Killed: every event whose XADD was confirmed by ``WAIT 1`` must be charged exactly once
+(``sqlite`` dedupe), and charging must resume within a few seconds of the promotion.
+
+Paused: the old master keeps its connections open and never answers (a stall or a
+partition). The workers must not sit out their socket timeouts on it: they hear Sentinel's
+``+switch-master`` and charge the first event written to the new master about a second
+after the promotion (:mod:`solutions.failover_watch`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import redis
 from billing_support import ledger_rows, reaped, spawn, stop_process, wait_until
 
 from labs.launcher.topology import Topology
@@ -93,3 +100,59 @@ def _check_failover(topo: Topology, workers: list[subprocess.Popen[bytes]], prod
     assert first_after - promoted_at < RESUME_WITHIN_S, f"charging resumed {first_after - promoted_at:.1f}s late"
     for i in (1, 2):
         assert "drain complete" in (tmp_path / f"w{i}.log").read_text()
+
+
+STALL_RESUME_WITHIN_S = 3.0
+
+
+def _charge_times(ledger: Path, prefix: str) -> list[float]:
+    return [t for e, t in charged_at(ledger) if e.startswith(prefix)]
+
+
+@pytest.mark.slow
+@pytest.mark.failover
+@pytest.mark.timeout(120)
+def test_paused_master_workers_charge_soon_after_promotion(sentinel_topology: Topology, tmp_path: Path) -> None:
+    topo = sentinel_topology
+    via = [arg for host, port in topo.addresses().sentinels for arg in ("--sentinel", f"{host}:{port}")]
+    ledger = tmp_path / "ledger.sqlite3"
+    workers = [
+        spawn("solutions.billing", *via, "--ledger", str(ledger), "--consumer", f"w{i}", "--dedupe", "sqlite",
+              "--handler-delay-ms", "5", "--metrics-interval-s", "60", log_path=tmp_path / f"w{i}.log")
+        for i in (1, 2)
+    ]
+    producer = spawn("solutions.producer", *via, "--rate", "100", log_path=tmp_path / "producer.log")
+    with reaped(producer, *workers):
+        wait_until(lambda: len(charged_at(ledger)) >= 100, 30, "charging under load before the stall")
+        old = topo.master_addr()
+        pid = topo.server(old[1]).pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            resumed_s = _resume_after_promotion(topo, old, ledger)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert stop_process(producer, signal.SIGINT) == 0
+        assert [stop_process(w) for w in workers] == [0, 0]
+    print(f"paused master: first charge of an event written to the new master {resumed_s:.2f}s after promotion")
+    assert resumed_s <= STALL_RESUME_WITHIN_S, f"charging resumed {resumed_s:.1f}s after the promotion"
+    for i in (1, 2):
+        assert "drain complete" in (tmp_path / f"w{i}.log").read_text()
+
+
+def _resume_after_promotion(topo: Topology, old: tuple[str, int], ledger: Path) -> float:
+    """Wait for the promotion, then write events straight to the new master until one is charged."""
+    new = topo.wait_new_master(old, time.monotonic() + 30)
+    promoted_at = time.time()
+    written = 0
+    with redis.Redis(host=new[0], port=new[1], socket_timeout=2) as direct:
+
+        def write_and_check() -> bool:
+            nonlocal written
+            direct.xadd("orders", {"type": "order.paid", "order_id": f"after-{written}", "amount": "1.00",
+                                   "event_id": f"after-{written}"})
+            written += 1
+            return bool(_charge_times(ledger, "after-"))
+
+        wait_until(write_and_check, 30, "a charge of an event written to the new master")
+    return min(_charge_times(ledger, "after-")) - promoted_at
