@@ -1,0 +1,269 @@
+"""A live metrics dashboard for a running worker: its Prometheus numbers beside Redis's own.
+
+>>> board = MetricsDashboard("http://127.0.0.1:9105/metrics", redis_url=url, stream="orders",
+...                          group="billing", max_duration_s=30)
+>>> display(board.widget)
+>>> with board:                 # or board.start() ... board.stop()
+...     run_the_load()
+>>> board.samples[-1].worker.processed
+
+Every ``refresh_s`` a daemon thread scrapes the worker's endpoint (one HTTP GET with a short
+timeout, :mod:`labs.panels.scrape`) and takes one snapshot of the stream and group from Redis
+(short socket timeouts, no retries, :mod:`labs.panels.streams_info`), then redraws the
+charts and the status line (:mod:`labs.panels.dashboard_figure`). A thread, not an asyncio
+task, because a task only advances while the kernel is idle and starves while cells run back
+to back. The thread sets widget values only and never prints. It stops on :meth:`stop`, on
+leaving a ``with`` block, or by itself after ``max_duration_s``; on stopping it redraws its
+whole history, so even a short run ends with every sample on screen. An unreachable endpoint
+or Redis is shown in the status line and retried with a backoff; it never kills the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from labs.panels.dashboard_figure import DashboardFigure
+from labs.panels.scrape import SCRAPE_TIMEOUT_S, WorkerNumbers, scrape
+from labs.panels.streams_info import StreamStats, read_stream_stats
+
+log = logging.getLogger(__name__)
+
+REDIS_TIMEOUT_S = 1.0
+MAX_BACKOFF_S = 3.0
+MAX_SAMPLES = 5000
+JOIN_TIMEOUT_S = SCRAPE_TIMEOUT_S + 2 * REDIS_TIMEOUT_S + MAX_BACKOFF_S
+
+
+@dataclass(frozen=True)
+class DashboardSample:
+    """One refresh: the worker's numbers, Redis's numbers, and rates since the previous sample."""
+
+    t_s: float
+    worker: WorkerNumbers | None
+    redis: StreamStats | None
+    processed_per_s: float | None = None
+    errors_per_s: float | None = None
+    processing_lag_s: float | None = None
+    problem: str = ""
+
+
+def _rate(now: WorkerNumbers | None, before: WorkerNumbers | None, field: str, dt_s: float) -> float | None:
+    """Per-second increase of counter ``field`` between two scrapes (None if either lacks it)."""
+    a = None if now is None else getattr(now, field)
+    b = None if before is None else getattr(before, field)
+    if a is None or b is None or dt_s <= 0:
+        return None
+    return float(max(0.0, a - b) / dt_s)
+
+
+class MetricsDashboard:
+    """Live charts of one worker's metrics endpoint (and, optionally, its stream in Redis)."""
+
+    def __init__(
+        self,
+        metrics_url: str,
+        *,
+        redis_url: str | None = None,
+        stream: str = "orders",
+        group: str = "billing",
+        refresh_s: float = 0.5,
+        max_duration_s: float = 60.0,
+        title: str = "billing-worker · live metrics",
+    ) -> None:
+        if refresh_s <= 0 or max_duration_s <= 0:
+            raise ValueError("refresh_s and max_duration_s must be positive")
+        self.metrics_url = metrics_url
+        self.redis_url = redis_url
+        self.stream = stream
+        self.group = group
+        self.refresh_s = refresh_s
+        self.max_duration_s = max_duration_s
+        self.problems = 0
+        self.stop_reason: str | None = None
+        self._samples: list[DashboardSample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.figure = DashboardFigure(title)
+
+    # -- public API -----------------------------------------------------------------
+
+    @property
+    def widget(self) -> Any:
+        """The ipywidgets container to ``display()``: status line above four charts."""
+        return self.figure.widget
+
+    @property
+    def samples(self) -> list[DashboardSample]:
+        """A copy of the samples taken since the last :meth:`start`."""
+        with self._lock:
+            return list(self._samples)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> MetricsDashboard:
+        """Start refreshing from a daemon thread (a no-op while running); returns self."""
+        if self.running:
+            return self
+        self._stop.clear()
+        self.stop_reason = None
+        self.problems = 0
+        with self._lock:
+            self._samples = []
+        self.figure.show_status("starting")
+        self._thread = threading.Thread(target=self._run, name="metrics-dashboard", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop after one last sample, redraw the whole history, wait for the thread (idempotent)."""
+        if self.stop_reason is None and self.running:
+            self.stop_reason = "stopped by stop()"
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(JOIN_TIMEOUT_S)
+
+    def wait_for(self, predicate: Any, timeout_s: float = 10.0) -> bool:
+        """Wait until ``predicate(samples)`` is true (or the dashboard stops); its last value."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if predicate(self.samples):
+                return True
+            if not self.running:
+                break
+            time.sleep(min(0.05, self.refresh_s))
+        return bool(predicate(self.samples))
+
+    def __enter__(self) -> MetricsDashboard:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- the thread -----------------------------------------------------------------
+
+    def _client(self) -> redis.Redis | None:
+        if self.redis_url is None:
+            return None
+        return redis.Redis.from_url(
+            self.redis_url,
+            decode_responses=True,
+            socket_timeout=REDIS_TIMEOUT_S,
+            socket_connect_timeout=REDIS_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
+            client_name="metrics-dashboard",
+        )
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        client = self._client()
+        failures = 0
+        try:
+            while not self._stop.is_set():
+                elapsed_s = time.monotonic() - started
+                if elapsed_s >= self.max_duration_s:
+                    self.stop_reason = f"time limit of {self.max_duration_s:g} s reached"
+                    break
+                failures = 0 if self._refresh(client, elapsed_s) else failures + 1
+                pause_s = self.refresh_s if failures == 0 else min(MAX_BACKOFF_S, self.refresh_s * 2**failures)
+                self._stop.wait(min(pause_s, max(0.0, self.max_duration_s - elapsed_s)))
+            if self.stop_reason == "stopped by stop()":
+                self._refresh(client, time.monotonic() - started)  # the state at stop(), not a moment before
+        finally:
+            if client is not None:
+                client.close()
+            self._safely(lambda: self.figure.draw(self.samples, all_points=True))
+            final = f"stopped ({self.stop_reason or 'stopped'}) · {self._words()}"
+            self._safely(lambda: self.figure.show_status(final))
+
+    def _refresh(self, client: redis.Redis | None, elapsed_s: float) -> bool:
+        """Take one sample and draw it; False when the endpoint or Redis did not answer."""
+        problems: list[str] = []
+        worker = stats = None
+        try:
+            worker = scrape(self.metrics_url)
+        except Exception as exc:  # a monitor outlives any error; the status line shows it
+            problems.append(f"worker endpoint not answering ({exc})")
+        if client is not None:
+            try:
+                stats = read_stream_stats(client, self.stream, self.group)
+            except Exception as exc:
+                problems.append(f"Redis not answering ({type(exc).__name__})")
+        self._add(elapsed_s, worker, stats, "; ".join(problems))
+        self.problems += bool(problems)
+        self._safely(lambda: self.figure.draw(self.samples))
+        self._safely(lambda: self.figure.show_status(f"running · {self._words()}"))
+        return not problems
+
+    def _add(self, elapsed_s: float, worker: WorkerNumbers | None, stats: StreamStats | None, problem: str) -> None:
+        with self._lock:
+            before = next((s for s in reversed(self._samples) if s.worker is not None), None)
+            dt_s = elapsed_s - before.t_s if before else 0.0
+            old = before.worker if before else None
+            sample = DashboardSample(
+                t_s=round(elapsed_s, 3),
+                worker=worker,
+                redis=stats,
+                processed_per_s=_rate(worker, old, "processed", dt_s),
+                errors_per_s=_rate(worker, old, "errors", dt_s),
+                processing_lag_s=worker.lag_since(old) if worker else None,
+                problem=problem,
+            )
+            self._samples = [*self._samples[-(MAX_SAMPLES - 1):], sample]
+
+    def _safely(self, action: Any) -> None:
+        """Run a widget update; a closed comm or widget error must not kill the thread."""
+        try:
+            action()
+        except Exception as exc:
+            log.debug("dashboard: widget update failed: %s", exc)
+
+    def _words(self) -> str:
+        """The state in words for the status line: keeping up, falling behind, failing ..."""
+        samples = self.samples
+        if not samples:
+            return "no samples yet"
+        last = samples[-1]
+        if last.worker is None:
+            return last.problem or "no numbers from the worker"
+        w = last.worker
+        verdict = verdict_of(samples)
+        age = "-" if w.stream_age_s is None else f"{w.stream_age_s:.1f} s"
+        lag = "-" if last.processing_lag_s is None else f"{last.processing_lag_s * 1000:.0f} ms"
+        return (
+            f"{verdict} · processed {w.processed or 0:.0f} · errors {w.errors or 0:.0f} · "
+            f"reclaimed {w.reclaimed or 0:.0f} · pending {w.pending or 0:.0f} · lag {w.group_lag or 0:.0f} · "
+            f"processing lag {lag} · stream age {age} · t={last.t_s:.1f} s"
+            + (f" · {last.problem}" if last.problem else "")
+        )
+
+
+def verdict_of(samples: list[DashboardSample]) -> str:
+    """One phrase for the projector: how the worker is doing over the last few samples."""
+    recent = [s for s in samples[-4:] if s.worker is not None]
+    if not recent:
+        return "worker not answering"
+    last = recent[-1].worker
+    assert last is not None
+    lags = [s.worker.group_lag for s in recent if s.worker and s.worker.group_lag is not None]
+    if len(lags) >= 3 and lags[-1] > lags[0] > 0:
+        return "falling behind (lag growing)"
+    if (recent[-1].errors_per_s or 0) > 0:
+        return "keeping up, with errors"
+    if (last.group_lag or 0) == 0 and (last.pending or 0) == 0:
+        return "idle, all caught up"
+    return "keeping up"

@@ -1,0 +1,109 @@
+"""One scrape of a worker's Prometheus endpoint, turned into the numbers course §3.6 asks for.
+
+``fetch_metrics`` GETs ``/metrics`` with a short timeout and parses the text exposition with
+``prometheus_client.parser.text_string_to_metric_families``; :func:`worker_numbers` picks the
+billing worker's series out of it. Series are looked up by a short list of accepted names
+(:data:`SERIES`), so a worker that spells them ``billing_stream_age_seconds`` or the older
+``billing_stream_age_s`` both work, and the processing lag may be a gauge (the last message's
+lag) or a histogram (``_sum`` / ``_count``: a mean over any interval between two scrapes).
+Values of one series with several label sets (several workers behind one endpoint) are summed.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+SCRAPE_TIMEOUT_S = 1.0
+
+# What we show -> the series names we accept, first match wins.
+SERIES: dict[str, tuple[str, ...]] = {
+    "processed": ("billing_processed_total",),
+    "errors": ("billing_errors_total", "billing_process_errors_total"),
+    "reclaimed": ("billing_reclaimed_total",),
+    "dead_lettered": ("billing_dead_lettered_total",),
+    "pending": ("billing_pending", "billing_pending_messages", "billing_pending_size"),
+    "group_lag": ("billing_group_lag", "billing_group_lag_messages"),
+    "stream_length": ("billing_stream_length", "billing_stream_length_messages"),
+    "stream_age_s": ("billing_stream_age_seconds", "billing_stream_age_s"),
+}
+PROCESSING_LAG = ("billing_processing_lag_seconds", "billing_processing_lag_s")
+
+
+class ScrapeError(RuntimeError):
+    """The endpoint did not answer, or answered something that is not the exposition format."""
+
+
+def fetch_metrics(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> dict[str, float]:
+    """GET ``url`` and flatten it: sample name -> value summed over label sets (no buckets)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            text = response.read().decode("utf-8", errors="replace")
+    except (OSError, ValueError) as exc:
+        raise ScrapeError(f"{url}: {exc}") from exc
+    return parse_metrics(text)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Text exposition -> ``{sample name: value}``, skipping ``_bucket`` and ``_created`` series."""
+    flat: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.endswith(("_bucket", "_created")):
+                    continue
+                flat[sample.name] = flat.get(sample.name, 0.0) + float(sample.value)
+    except ValueError as exc:
+        raise ScrapeError(f"not the Prometheus text format: {exc}") from exc
+    return flat
+
+
+@dataclass(frozen=True)
+class WorkerNumbers:
+    """The worker's own view (None: the endpoint does not export that series)."""
+
+    processed: float | None = None
+    errors: float | None = None
+    reclaimed: float | None = None
+    dead_lettered: float | None = None
+    pending: float | None = None
+    group_lag: float | None = None
+    stream_length: float | None = None
+    stream_age_s: float | None = None
+    lag_last_s: float | None = None  # a gauge: the lag of the last processed message
+    lag_sum_s: float | None = None  # a histogram: sum and count of every observed lag
+    lag_count: float | None = None
+
+    @property
+    def lag_mean_s(self) -> float | None:
+        """Mean processing lag since the worker started (histogram), else the gauge."""
+        if self.lag_sum_s is not None and self.lag_count:
+            return self.lag_sum_s / self.lag_count
+        return self.lag_last_s
+
+    def lag_since(self, before: WorkerNumbers | None) -> float | None:
+        """Mean processing lag of the messages handled since ``before`` (histogram), else the gauge."""
+        if before is None or self.lag_sum_s is None or before.lag_sum_s is None:
+            return self.lag_last_s if self.lag_sum_s is None else self.lag_mean_s
+        count = (self.lag_count or 0) - (before.lag_count or 0)
+        return (self.lag_sum_s - before.lag_sum_s) / count if count > 0 else None
+
+
+def _first(flat: dict[str, float], names: tuple[str, ...]) -> float | None:
+    return next((flat[name] for name in names if name in flat), None)
+
+
+def worker_numbers(flat: dict[str, float]) -> WorkerNumbers:
+    """Pick the billing series out of a flattened scrape."""
+    values = {key: _first(flat, names) for key, names in SERIES.items()}
+    lag_name = next((n for n in PROCESSING_LAG if n in flat or f"{n}_count" in flat), None)
+    if lag_name is not None and f"{lag_name}_count" in flat:
+        return WorkerNumbers(**values, lag_sum_s=flat.get(f"{lag_name}_sum"), lag_count=flat[f"{lag_name}_count"])
+    return WorkerNumbers(**values, lag_last_s=flat.get(lag_name) if lag_name else None)
+
+
+def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> WorkerNumbers:
+    """:func:`fetch_metrics` then :func:`worker_numbers`."""
+    return worker_numbers(fetch_metrics(url, timeout_s))

@@ -1,0 +1,114 @@
+"""The live metrics dashboard without a browser: a real prometheus_client endpoint and real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+import labs.panels.dashboard_figure as dashboard_figure
+from labs.launcher.ports import free_port
+from labs.panels.dashboard import DashboardSample, MetricsDashboard, verdict_of
+from labs.panels.scrape import WorkerNumbers
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Endpoint:
+    """A worker-like /metrics endpoint whose numbers the test moves."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.processed = Counter("billing_processed", "processed", registry=self.registry)
+        self.errors = Counter("billing_errors", "errors", registry=self.registry)
+        self.pending = Gauge("billing_pending", "pending", registry=self.registry)
+        self.group_lag = Gauge("billing_group_lag", "lag", registry=self.registry)
+        self.age = Gauge("billing_stream_age_seconds", "age", registry=self.registry)
+        self.lag = Histogram("billing_processing_lag_seconds", "lag", registry=self.registry)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Endpoint]:
+    ep = Endpoint()
+    server, thread = start_http_server(ep.port, addr="127.0.0.1", registry=ep.registry)
+    try:
+        yield ep
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _url(client: redis.Redis) -> str:
+    kwargs = client.get_connection_kwargs()
+    return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
+
+
+def test_samples_worker_and_redis_numbers_then_stops(
+    endpoint: Endpoint, redis_client: redis.Redis, key_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stream = f"{key_prefix}orders"
+    redis_client.xgroup_create(stream, "billing", "0", mkstream=True)
+    for i in range(6):
+        redis_client.xadd(stream, {"i": i})
+    redis_client.xreadgroup("billing", "w1", {stream: ">"}, count=2)
+    board = MetricsDashboard(endpoint.url, redis_url=_url(redis_client), stream=stream, refresh_s=0.05,
+                             max_duration_s=20)
+    with board:
+        assert board.running
+        endpoint.processed.inc(7)
+        endpoint.pending.set(2)
+        endpoint.lag.observe(0.5)
+        assert board.wait_for(lambda ss: ss and ss[-1].worker and ss[-1].worker.processed == 7)
+        endpoint.processed.inc(10)
+        assert board.wait_for(lambda ss: ss[-1].worker.processed == 17)
+        assert "running" in board.figure.status.value
+    assert not board.running and board.stop_reason == "stopped by stop()"
+    last = board.samples[-1]
+    assert last.worker is not None and last.redis is not None
+    assert (last.worker.pending, last.redis.pending_total, last.redis.lag, last.redis.length) == (2, 2, 4, 6)
+    assert any(s.processed_per_s for s in board.samples)  # a rate from two scrapes
+    assert "stopped" in board.figure.status.value and "processed 17" in board.figure.status.value
+    assert capsys.readouterr() == ("", "")  # the thread never prints
+
+
+def test_stops_by_itself_and_redraws_the_whole_history(endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dashboard_figure, "LIVE_POINTS", 3)
+    board = MetricsDashboard(endpoint.url, refresh_s=0.05, max_duration_s=0.6).start()
+    assert board.wait_for(lambda ss: len(ss) >= 5)
+    assert len(board.figure.trace("processed").x) <= 3  # live: only the last few points
+    board._thread.join(5)  # type: ignore[union-attr]
+    assert not board.running and board.stop_reason == "time limit of 0.6 s reached"
+    samples = board.samples
+    assert list(board.figure.trace("processed").x) == [s.t_s for s in samples]  # at the end: all of them
+    assert "time limit" in board.figure.status.value
+    board.stop()  # idempotent after a self-stop
+
+
+def test_an_unreachable_worker_is_shown_not_fatal() -> None:
+    url = f"http://127.0.0.1:{free_port()}/metrics"
+    with MetricsDashboard(url, refresh_s=0.05, max_duration_s=10) as board:
+        assert board.wait_for(lambda ss: len(ss) >= 2)
+        assert board.running
+        assert "not answering" in board.figure.status.value
+    assert all(s.worker is None and "not answering" in s.problem for s in board.samples)
+    assert board.problems >= 2
+
+
+def test_verdicts_and_axis_titles() -> None:
+    def at(t: float, lag: float, errors_per_s: float = 0.0, pending: float = 1) -> DashboardSample:
+        return DashboardSample(t, WorkerNumbers(group_lag=lag, pending=pending), None, errors_per_s=errors_per_s)
+
+    assert verdict_of([]) == "worker not answering"
+    assert verdict_of([at(0, 1), at(1, 3), at(2, 9)]).startswith("falling behind")
+    assert verdict_of([at(0, 0), at(1, 0, 2.0)]) == "keeping up, with errors"
+    assert verdict_of([at(0, 0, pending=0)]) == "idle, all caught up"
+    assert verdict_of([at(0, 2), at(1, 1)]) == "keeping up"
+    layout = MetricsDashboard("http://127.0.0.1:1/metrics").figure.figure.layout
+    assert all(axis.title.text for axis in (layout.xaxis, layout.yaxis, layout.yaxis2, layout.yaxis3, layout.yaxis4))
+    with pytest.raises(ValueError, match="positive"):
+        MetricsDashboard("http://x", refresh_s=0)
