@@ -1,9 +1,13 @@
-"""Group commit: many coroutines submit one item each, one flush serves them all.
+"""Group commit: many coroutines submit a few items each, one flush serves them all.
 
-The worker handles a batch of messages concurrently, and each of them ends with a Redis
-write (an XACK, a dedupe marker) or a SQLite commit. Sending them one by one costs a round
-trip per message; a :class:`Coalescer` queues the items and runs one flush (a pipeline, a
+The pipeline runs several lanes of messages at once, and each lane ends with a Redis write
+(a dedupe script, an XACK) and a SQLite commit. Sending them lane by lane costs a round trip
+per lane; a :class:`Coalescer` queues the lanes' items and runs one flush (a script call, a
 transaction) for everything queued so far, while later items wait for the next flush.
+
+A flush runs in a task of the coalescer's own, so it finishes even when the coroutine that
+asked for it is cancelled (a drain deadline): :meth:`Coalescer.wait_idle` is how shutdown
+waits for every commit and XACK still on its way before it says ``drain complete``.
 """
 
 from __future__ import annotations
@@ -18,40 +22,69 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
+Flush = Callable[[list[T]], Awaitable[Sequence[R]]]
+
 
 class Coalescer(Generic[T, R]):
-    """Batch ``submit`` calls into calls of ``flush(items) -> results`` (same order, same length).
+    """Batch ``submit(items)`` calls into calls of ``flush(all_items) -> results`` (same order, same length).
 
-    At most one flush runs at a time. If a flush raises, every item of that batch gets the
-    exception, so the caller can treat it like a failed single call.
+    At most one flush runs at a time. If a flush raises, every caller of that batch gets the
+    exception, so each can treat it like a failed call of its own.
     """
 
-    def __init__(self, name: str, flush: Callable[[list[T]], Awaitable[Sequence[R]]], *, max_batch: int = 512):
+    def __init__(self, name: str, flush: Flush[T, R], *, max_batch: int = 512) -> None:
         self.name = name
         self._flush = flush
         self._max_batch = max_batch
-        self._queue: list[tuple[T, asyncio.Future[R]]] = []
+        self._queue: list[tuple[list[T], asyncio.Future[list[R]]]] = []
         self._runner: asyncio.Task[None] | None = None
         self.flushes = 0
 
-    async def submit(self, item: T) -> R:
-        """Queue ``item`` and wait for the flush that carries it."""
-        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._queue.append((item, future))
+    @property
+    def idle(self) -> bool:
+        """True when nothing is queued and no flush is running."""
+        return not self._queue and (self._runner is None or self._runner.done())
+
+    async def submit(self, items: Sequence[T]) -> list[R]:
+        """Queue ``items`` and wait for the flush that carries them; their results, in order."""
+        if not items:
+            return []
+        future: asyncio.Future[list[R]] = asyncio.get_running_loop().create_future()
+        self._queue.append((list(items), future))
         if self._runner is None or self._runner.done():
             self._runner = asyncio.create_task(self._run(), name=f"coalescer-{self.name}")
-        # If the caller is cancelled the future is cancelled with it; the item is still
-        # flushed with its batch and the result is dropped.
+        # If the caller is cancelled, its future is cancelled with it; the items are still
+        # flushed with their batch and the result is dropped.
         return await future
 
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the queued items to be flushed; True if idle."""
+        runner = self._runner
+        if runner is not None and not runner.done():
+            await asyncio.wait([runner], timeout=timeout_s)
+        return self.idle
+
+    def _take(self) -> list[tuple[list[T], asyncio.Future[list[R]]]]:
+        """The next batch: whole calls from the queue, up to ``max_batch`` items (at least one call)."""
+        size = 0
+        for n, (items, _) in enumerate(self._queue):
+            size += len(items)
+            if size >= self._max_batch:
+                batch, self._queue = self._queue[: n + 1], self._queue[n + 1 :]
+                return batch
+        batch, self._queue = self._queue, []
+        return batch
+
     async def _run(self) -> None:
-        # Let the other coroutines of the same batch reach submit() before the first flush.
+        # Let the other lanes that are ready in this loop iteration reach submit() first.
         await asyncio.sleep(0)
         while self._queue:
-            batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
-            items = [item for item, _ in batch]
+            batch = self._take()
+            items = [item for call_items, _ in batch for item in call_items]
             try:
-                results = await self._flush(items)
+                results = list(await self._flush(items))
+                if len(results) != len(items):
+                    raise ValueError(f"{self.name}: flush returned {len(results)} results for {len(items)} items")
             except Exception as exc:
                 log.debug("%s flush of %s items failed: %r", self.name, len(items), exc)
                 for _, future in batch:
@@ -60,6 +93,9 @@ class Coalescer(Generic[T, R]):
                 continue
             finally:
                 self.flushes += 1
-            for (_, future), result in zip(batch, results, strict=True):
+            start = 0
+            for call_items, future in batch:
+                end = start + len(call_items)
                 if not future.done():
-                    future.set_result(result)
+                    future.set_result(results[start:end])
+                start = end

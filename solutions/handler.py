@@ -6,10 +6,11 @@ The worker calls it in three steps around the dedupe strategy: :meth:`BillingHan
 ``jitter_ms``; every ``fail_every``-th attempt raises a transient error) and
 :meth:`BillingHandler.charge` (the row the strategy writes to the ledger).
 
-Subclass it, or pass another object with the same three methods, to run your own logic in
-the same worker (see :class:`Handler`). A handler whose work takes no time may also offer
-``instant = True`` and a synchronous ``process_now(event)``: the worker then handles each
-read batch as one unit (one task, one dedupe pipeline, one transaction, one XACK).
+Subclass it, or pass another object with the same members, to run your own logic in the
+same worker (see :class:`Handler`). A handler says whether its work ever waits
+(:attr:`Handler.instant`): an instant handler is awaited inline, one message after another,
+and a read batch goes through the pipeline as one run; otherwise each lane key of a batch
+gets a run of its own, so that waiting handlers overlap (up to ``--parallelism``).
 """
 
 from __future__ import annotations
@@ -26,11 +27,22 @@ from solutions.messages import Delivery, OrderEvent, TransientError, parse_order
 class Handler(Protocol):
     """What the worker needs from a handler."""
 
-    def parse(self, delivery: Delivery) -> OrderEvent: ...
+    @property
+    def instant(self) -> bool:
+        """True when :meth:`process` never waits (no I/O, no sleep): it is then awaited inline."""
+        ...
 
-    async def process(self, event: OrderEvent) -> None: ...
+    def parse(self, delivery: Delivery) -> OrderEvent:
+        """Validate a delivery; raise :class:`~solutions.messages.PermanentError` if it can never succeed."""
+        ...
 
-    def charge(self, event: OrderEvent, consumer: str) -> Charge: ...
+    async def process(self, event: OrderEvent) -> None:
+        """The work; an exception leaves the message pending (or dead-letters it at the last attempt)."""
+        ...
+
+    def charge(self, event: OrderEvent, consumer: str) -> Charge:
+        """The ledger row for a processed event."""
+        ...
 
 
 class BillingHandler:
@@ -54,22 +66,18 @@ class BillingHandler:
 
     @property
     def instant(self) -> bool:
-        """True when the work takes no time: the worker then handles a whole read batch at once."""
-        # A subclass with its own process() must be called through it.
+        """True with no delay and no jitter: :meth:`process` then never waits."""
+        # A subclass with its own process() may wait: it is not instant unless it says so.
         return self.delay_ms == 0 and self.jitter_ms == 0 and type(self).process is BillingHandler.process
-
-    def process_now(self, event: OrderEvent) -> None:
-        """The work without waiting (all of it, for an :attr:`instant` handler): the failure injection."""
-        attempt = next(self._attempts)
-        if self.fail_every and attempt % self.fail_every == 0:
-            raise TransientError(f"simulated failure: attempt {attempt} (every {self.fail_every}th fails)")
 
     async def process(self, event: OrderEvent) -> None:
         """The simulated work; every ``fail_every``-th attempt fails transiently (no ack, retried)."""
         seconds = self.work_s()
         if seconds > 0:  # with no delay the handler does not sleep at all
             await asyncio.sleep(seconds)
-        self.process_now(event)
+        attempt = next(self._attempts)
+        if self.fail_every and attempt % self.fail_every == 0:
+            raise TransientError(f"simulated failure: attempt {attempt} (every {self.fail_every}th fails)")
 
     def charge(self, event: OrderEvent, consumer: str) -> Charge:
         """The ledger row for this event."""

@@ -80,11 +80,12 @@ class Charge:
 class Ledger:
     """A SQLite file in WAL mode; every write is one transaction for a whole batch."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.path = Path(path)
+        self.busy_timeout_ms = busy_timeout_ms  # how long a write waits for another process's lock
         self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-        self._busy_ms = BUSY_TIMEOUT_MS
+        self._lock = threading.Lock()  # one writer at a time on our connection; close waits for it
+        self._busy_ms = busy_timeout_ms
         self._checkpointer: Checkpointer | None = None
         self._rows_since_checkpoint = 0
 
@@ -94,6 +95,11 @@ class Ledger:
         Several workers may open a new ledger at the same moment; switching to WAL needs a
         moment alone with the file, so "database is locked" is retried until ``timeout_s``.
         """
+        self._db(timeout_s)
+        return self
+
+    def _db(self, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> sqlite3.Connection:
+        """The connection, opened on first use (see :meth:`open`)."""
         deadline = time.monotonic() + timeout_s
         while self._conn is None:
             try:
@@ -102,13 +108,14 @@ class Ledger:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        return self
+        return self._conn
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None)
+        busy_ms = self.busy_timeout_ms
+        conn = sqlite3.connect(self.path, timeout=busy_ms / 1000, check_same_thread=False, isolation_level=None)
         try:
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout={busy_ms}")
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -120,17 +127,16 @@ class Ledger:
         return conn
 
     def close(self) -> None:
-        """Stop the checkpoint thread, then close (the last connection to close checkpoints the rest)."""
-        if self._checkpointer is not None:
-            self._checkpointer.close()
-            self._checkpointer = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-            self._busy_ms = BUSY_TIMEOUT_MS  # what the next connection starts with
-
-    def _db(self) -> sqlite3.Connection:
-        return self.open()._conn  # type: ignore[return-value]
+        """Wait for a write in progress, stop the checkpoint thread, then close (the last
+        connection to close checkpoints the rest)."""
+        with self._lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+                self._busy_ms = self.busy_timeout_ms  # what the next connection starts with
 
     def write(self, charges: Sequence[Charge], *, once: bool, wait: bool = True) -> list[bool]:
         """Write the charges in one transaction; return, per charge, whether it was applied.
@@ -146,7 +152,7 @@ class Ledger:
         now = time.time()
         with self._lock:
             db = self._db()
-            self._busy(db, BUSY_TIMEOUT_MS if wait else 0)  # 0: "database is locked" at once
+            self._busy(db, self.busy_timeout_ms if wait else 0)  # 0: "database is locked" at once
             db.execute("BEGIN IMMEDIATE")
             try:
                 if once:
@@ -213,13 +219,13 @@ class Ledger:
         """``event_id -> number of charges`` (a value above 1 is a duplicate charge)."""
         with self._lock:
             db = self._db()
-            self._busy(db, BUSY_TIMEOUT_MS)
+            self._busy(db, self.busy_timeout_ms)
             rows = db.execute("SELECT event_id, COUNT(*) FROM charges GROUP BY event_id").fetchall()
         return {str(event_id): int(n) for event_id, n in rows}
 
     def total_charges(self) -> int:
         with self._lock:
             db = self._db()
-            self._busy(db, BUSY_TIMEOUT_MS)
+            self._busy(db, self.busy_timeout_ms)
             (n,) = db.execute("SELECT COUNT(*) FROM charges").fetchone()
         return int(n)

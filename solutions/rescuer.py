@@ -149,8 +149,7 @@ class Rescuer:
         return Delivery(msg_id, fields or None, deliveries, "reclaimed")
 
     async def _ack_deleted(self, ids: list[str]) -> None:
-        """Entries deleted from the stream while pending: nothing to process, ``XACK`` them."""
+        """Entries deleted from the stream while pending: nothing to process; the pipeline acks them."""
         s = self.settings
-        await self.client.xack(s.stream, s.group, *ids)
-        self.metrics.inc("deleted", len(ids))
+        await self.dispatch([Delivery(msg_id, None, 0, "deleted") for msg_id in ids])
         journal.info("reclaim: %s acked %s deleted entries: %s", s.consumer, len(ids), " ".join(ids[:20]))

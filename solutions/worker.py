@@ -1,8 +1,9 @@
-"""The worker: a reader, a rescuer, a pool and a processor around one Redis client.
+"""The worker: a reader, a rescuer and the message pipeline around one Redis client.
 
 ``await Worker(settings).run()`` runs until :meth:`Worker.request_stop` (or, with
 ``handle_signals=True``, SIGINT/SIGTERM). Then it stops reading and claiming, lets the
-in-flight handlers finish within ``drain_timeout_s``, never acks what was not done, logs one
+in-flight handlers finish within ``drain_timeout_s``, waits for the commits and XACKs on
+their way (:meth:`~solutions.pipeline.Pipeline.settle`), never acks what was not done, logs one
 line with ``drain complete`` and the counts (and the ids left pending if the deadline hit),
 and returns a :class:`Summary`. Signal handling is opt-in so that the same worker runs as
 asyncio tasks inside a notebook.
@@ -12,29 +13,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from solutions.acks import Acker
+from solutions.acks import Acks
 from solutions.connection import Client, connect
-from solutions.dlq import DeadLetters
+from solutions.failover_watch import FailoverWatch
 from solutions.handler import BillingHandler, Handler
-from solutions.idempotency import make_strategy
+from solutions.idempotency import Deps, make_strategy
 from solutions.ledger import Ledger
-from solutions.messages import Delivery
 from solutions.metrics import Metrics, Snapshot, group_numbers, stream_age_s
+from solutions.pipeline import Pipeline, Rules
 from solutions.pool import Pool
-from solutions.processing import Processor
 from solutions.reader import Reader, ensure_group
 from solutions.rescuer import Rescuer
 from solutions.settings import Settings
 
 log = logging.getLogger(__name__)
+
+SETTLE_TIMEOUT_S = 10.0  # at shutdown, how long a commit or XACK on its way may still take
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,14 @@ class Summary:
 class Worker:
     """One consumer of ``settings.group`` on ``settings.stream``."""
 
-    def __init__(self, settings: Settings, *, handler: Handler | None = None, client: Client | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        handler: Handler | None = None,
+        client: Client | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
         self.settings = settings
         self.handler: Handler = handler or BillingHandler(
             stream=settings.stream,
@@ -60,12 +67,13 @@ class Worker:
         self.client = client
         self.metrics = Metrics(stream=settings.stream, group=settings.group, consumer=settings.consumer)
         self.pool = Pool(settings.parallelism)
-        self.ledger = Ledger(settings.ledger)
+        self.ledger = ledger or Ledger(settings.ledger)
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.started = threading.Event()
         self.reader: Reader | None = None
         self.rescuer: Rescuer | None = None
+        self.pipeline: Pipeline | None = None
         self.summary: Summary | None = None
         self._stop_requested = False
 
@@ -131,9 +139,9 @@ class Worker:
     async def _start(self, client: Client, stop: asyncio.Event) -> list[asyncio.Task[None]]:
         """Create the group if needed and start the reader, the rescuer and the metrics loop."""
         s = self.settings
-        processor = self._processor(client)
-        self.reader = Reader(client, s, self._dispatch_to(processor, client), self._has_room)
-        self.rescuer = Rescuer(client, s, self.metrics, self._dispatch_to(processor, client), self._has_room)
+        self.pipeline = pipeline = self._pipeline(client)
+        self.reader = Reader(client, s, pipeline.dispatch, self._has_room)
+        self.rescuer = Rescuer(client, s, self.metrics, pipeline.dispatch, self._has_room)
         with contextlib.suppress(Exception):  # Redis may be down: the reader recovers later
             await ensure_group(client, s.stream, s.group)
         if s.metrics_port is not None:
@@ -153,6 +161,9 @@ class Worker:
         ]
         if s.rescuer:
             tasks.append(asyncio.create_task(self.rescuer.run(stop), name="rescuer"))
+        if s.sentinels:  # on +switch-master, drop the connections to a stalled old master
+            watch = FailoverWatch(client, s.sentinels, s.master_name)
+            tasks.append(asyncio.create_task(watch.run(), name="failover-watch"))
         return tasks
 
     async def _close(self, client: Client, installed: list[int]) -> None:
@@ -164,28 +175,25 @@ class Worker:
                 await client.aclose()
         await asyncio.to_thread(self.ledger.close)
 
-    def _processor(self, client: Client) -> Processor:
+    def _pipeline(self, client: Client) -> Pipeline:
         s = self.settings
-        acker = Acker(client, s.stream, s.group)
-        strategy = make_strategy(
-            s.dedupe,
+        acks = Acks(client, s.stream, s.group)
+        deps = Deps(
             client=client,
-            acker=acker,
+            acks=acks,
             ledger=self.ledger,
             key_prefix=s.dedupe_prefix,
             ttl_s=s.dedupe_ttl_s,
             lease_ms=max(s.min_idle_ms, 1000),
             consumer=s.consumer,
         )
-        return Processor(
+        return Pipeline(
             handler=self.handler,
-            strategy=strategy,
-            acker=acker,
-            dead_letters=DeadLetters(client, s.stream, s.group),
+            strategy=make_strategy(s.dedupe, deps),
+            acks=acks,
+            pool=self.pool,
             metrics=self.metrics,
-            consumer=s.consumer,
-            max_attempts=s.max_attempts,
-            slots=self.pool.slot(),
+            rules=Rules(consumer=s.consumer, max_attempts=s.max_attempts, order_key=s.order_key),
         )
 
     async def _has_room(self, stop: asyncio.Event) -> None:
@@ -193,41 +201,14 @@ class Worker:
         # but never hold more than parallelism + 2 * count messages.
         await self.pool.wait_below(self.settings.parallelism + self.settings.count, stop)
 
-    def _dispatch_to(self, processor: Processor, client: Client) -> Callable[[list[Delivery]], Awaitable[int]]:
-        async def dispatch(deliveries: list[Delivery]) -> int:
-            return await self._dispatch(processor, client, deliveries)
-
-        return dispatch
-
-    async def _dispatch(self, processor: Processor, client: Client, deliveries: list[Delivery]) -> int:
-        """Start the work for a batch (lanes from ``order_key``); entries deleted from the stream are acked."""
-        in_flight = self.pool.in_flight
-        fresh = [d for d in deliveries if d.fields is not None and d.msg_id not in in_flight]
-        deleted = [d.msg_id for d in deliveries if d.fields is None] if len(fresh) < len(deliveries) else []
-        if deleted:
-            await client.xack(self.settings.stream, self.settings.group, *deleted)
-            self.metrics.inc("deleted", len(deleted))
-            log.info("acked %s pending entries that were deleted from the stream", len(deleted))
-        if fresh and processor.instant:
-            # No lanes: handle_batch does the work of batches one at a time, in this order.
-            ids = list(dict.fromkeys([d.msg_id for d in fresh]))
-            self.pool.submit_batch(ids, set(), functools.partial(processor.handle_batch, fresh))
-            return len(ids)
-        accepted = 0
-        for delivery in fresh:
-            if self.pool.submit(delivery.msg_id, self._lane(delivery), functools.partial(processor.handle, delivery)):
-                accepted += 1
-        return accepted
-
-    def _lane(self, delivery: Delivery) -> str | None:
-        return delivery.text(self.settings.order_key) if self.settings.order_key else None
-
     async def _drain(self, tasks: list[asyncio.Task[None]], client: Client) -> Summary:
         started = time.monotonic()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         left = await self.pool.drain(self.settings.drain_timeout_s)
+        if self.pipeline is not None and not await self.pipeline.settle(SETTLE_TIMEOUT_S):
+            log.warning("a commit or XACK was still on its way after %ss; its messages stay pending", SETTLE_TIMEOUT_S)
         if self.rescuer is not None:
             with contextlib.suppress(Exception):
                 await self.rescuer.release_lease()

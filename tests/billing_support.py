@@ -10,13 +10,14 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from solutions.handler import Handler
+from solutions.ledger import Ledger
 from solutions.settings import Settings
 from solutions.worker import Worker
 
@@ -38,34 +39,42 @@ def settings(url: str, prefix: str, ledger: Path, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.05) -> Any:
-    """Poll ``predicate`` until it is truthy; fail with ``what`` after ``timeout_s``."""
+def _polls(predicate: Callable[[], Any], timeout_s: float, what: str) -> Iterator[Any]:
+    """The one polling rule of the tests: yield None until ``predicate`` is truthy (then its
+    value, once); fail with ``what`` after ``timeout_s``. The waiting between polls is the caller's."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
         if value:
-            return value
+            yield value
+            return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        yield None
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.05) -> Any:
+    """Poll ``predicate`` until it is truthy and return its value; fail with ``what`` after ``timeout_s``."""
+    for value in _polls(predicate, timeout_s, what):
+        if value:
+            return value
         time.sleep(poll_s)
+    raise AssertionError("unreachable")
 
 
 async def until(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.02) -> Any:
-    """Async version of :func:`wait_until`: lets the worker's tasks run while polling."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
+    """:func:`wait_until` inside an event loop: the worker's tasks run while it polls."""
+    for value in _polls(predicate, timeout_s, what):
         if value:
             return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         await asyncio.sleep(poll_s)
+    raise AssertionError("unreachable")
 
 
 @contextlib.asynccontextmanager
-async def running(s: Settings, handler: Handler | None = None) -> AsyncIterator[Worker]:
+async def running(s: Settings, handler: Handler | None = None, ledger: Ledger | None = None) -> AsyncIterator[Worker]:
     """A worker running as a task for the duration of the block, then drained."""
-    worker = Worker(s, handler=handler)
+    worker = Worker(s, handler=handler, ledger=ledger)
     task = asyncio.create_task(worker.run())
     await until(lambda: worker.started.is_set() or task.done(), 10, "the worker to start")
     try:
@@ -103,7 +112,7 @@ def ledger_rows(ledger: Path, sql: str) -> list[tuple[Any, ...]]:
 def charges(ledger: Path) -> list[tuple[str, str, str, str]]:
     """``(event_id, order_id, msg_id, consumer)`` of every charge, in insertion order."""
     rows = ledger_rows(ledger, "SELECT event_id, order_id, msg_id, consumer FROM charges ORDER BY id")
-    return [tuple(map(str, row)) for row in rows]  # type: ignore[misc]
+    return [(str(e), str(o), str(m), str(c)) for e, o, m, c in rows]
 
 
 def charge_counts(ledger: Path) -> dict[str, int]:
@@ -123,10 +132,40 @@ def pending_ids(client: redis.Redis, stream: str, group: str) -> set[str]:
     return {r["message_id"].decode() if isinstance(r["message_id"], bytes) else r["message_id"] for r in rows}
 
 
+def command_calls(client: redis.Redis, command: str) -> int:
+    """``INFO commandstats`` calls of ``command`` on this server (the whole server): a counter to poll."""
+    stats = client.info("commandstats").get(f"cmdstat_{command.lower()}")
+    return int(stats["calls"]) if stats else 0
+
+
 def xreadgroup_calls(client: redis.Redis) -> int:
     """``INFO commandstats`` calls of XREADGROUP on this server (the whole server)."""
-    stats = client.info("commandstats").get("cmdstat_xreadgroup")
-    return int(stats["calls"]) if stats else 0
+    return command_calls(client, "xreadgroup")
+
+
+async def claim_rounds(client: redis.Redis, rounds: int, timeout_s: float = 10.0) -> None:
+    """Wait until the rescuers on this server have run ``rounds`` more XAUTOCLAIM calls."""
+    target = command_calls(client, "xautoclaim") + rounds
+    await until(lambda: command_calls(client, "xautoclaim") >= target, timeout_s, f"{rounds} claim rounds")
+
+
+LOCK_HOLDER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+
+
+def hold_ledger_lock(ledger: Path, hold_s: float) -> subprocess.Popen[str]:
+    """Another process takes the ledger's write lock (``BEGIN IMMEDIATE``) for ``hold_s``; returns
+    once it holds it."""
+    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(ledger), str(hold_s)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    return proc
 
 
 def spawn(module: str, *args: str, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -147,7 +186,7 @@ def worker_args(url: str, stream: str, ledger: Path, consumer: str, **flags: Any
 
 
 @contextlib.contextmanager
-def reaped(*procs: subprocess.Popen[bytes]) -> Any:
+def reaped(*procs: subprocess.Popen[Any]) -> Any:
     """Kill (SIGKILL) whatever of ``procs`` still runs when the block exits, even on failure."""
     try:
         yield procs

@@ -12,7 +12,7 @@ from billing_support import charges, produce, running, settings, until
 
 from solutions.handler import BillingHandler
 from solutions.messages import OrderEvent
-from solutions.pool import Pool
+from solutions.pool import Job, Pool, Turn
 
 
 @pytest.mark.parametrize(("delay_ms", "jitter_ms"), [(1, 15), (0, 0)], ids=["per-message", "batch"])
@@ -60,10 +60,17 @@ def test_concurrency_is_bounded_and_lanes_are_serial() -> None:
             await asyncio.sleep(0.001)  # the batched commit, outside the slot
             lane_busy[lane] -= 1
 
+        def run(lane: str) -> Job:
+            async def in_turn(turn: Turn) -> None:
+                await turn.wait()
+                await job(lane)
+
+            return in_turn
+
         for i in range(60):
             lane = f"k{i % 12}"
-            assert pool.submit(f"id-{i}", lane, lambda lane=lane: job(lane))  # type: ignore[misc]
-        assert not pool.submit("id-0", "k0", lambda: job("k0")), "an id already in flight is not started twice"
+            pool.start([f"id-{i}"], [lane], run(lane))
+        assert len(pool) == 60
         assert await pool.drain(10) == []
         return peak, lane_peak
 

@@ -1,0 +1,299 @@
+"""One message's way through the worker, top to bottom.
+
+The reader and the rescuer hand every read batch to :meth:`Pipeline.dispatch`. It acks the
+entries deleted from the stream while pending, skips messages already in hand, and splits
+the rest into *runs*: the whole batch when the handler is instant (its work never waits, so
+it is awaited inline), else one run per lane key (``--order-key``), so that waiting handlers
+overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth:`Pipeline.run`:
+
+1. admit: a message that can never succeed (bad input) goes to the DLQ at once, with its
+   reason; so does one delivered more than ``max_attempts`` times (its holders died with it);
+2. wait for its turn: the runs before it on the same lane keys have recorded their charges;
+3. begin: the dedupe strategy decides, per message, do it, skip it as a duplicate (ack), or
+   leave it (someone else holds its lease);
+4. work: the handler, holding one of ``--parallelism`` slots. A failure is not acked (the
+   message will be redelivered) unless this was delivery number ``max_attempts``: then the
+   DLQ. The strategy's mark is undone either way;
+5. record: the charges in one ledger transaction. If that fails (another process holds the
+   ledger past its busy timeout), the strategy's mark is undone too, so the redelivery does
+   the work instead of taking it for a duplicate; then the next run of the lane may go;
+6. acknowledge: XACK exactly the recorded messages (with ``redis-2phase``, together with
+   their ``done`` markers).
+
+Steps 3, 5 and 6 are batched across the runs in hand (:class:`~solutions.batching.Coalescer`):
+one script call, one transaction, one XACK for all of them. :meth:`Pipeline.settle` waits
+for those flushes at shutdown. Every XACK goes through :class:`~solutions.acks.Acks`.
+Nothing here raises: every outcome is counted, logged, and either acked or left pending.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from solutions.acks import Acks
+from solutions.batching import Coalescer
+from solutions.handler import Handler
+from solutions.idempotency import Strategy, Verdict
+from solutions.messages import Delivery, OrderEvent, PermanentError
+from solutions.metrics import Metrics
+from solutions.pool import Pool, Turn
+
+log = logging.getLogger(__name__)
+
+Item = tuple[Delivery, OrderEvent]
+ALL_LANES = "*"  # the lane of an instant handler's runs: each batch in line behind the previous one
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rules:
+    """The settings the pipeline follows."""
+
+    consumer: str
+    max_attempts: int
+    order_key: str
+
+
+class Pipeline:
+    """Handles every delivery end to end (see the module docstring)."""
+
+    def __init__(
+        self, *, handler: Handler, strategy: Strategy, acks: Acks, pool: Pool, metrics: Metrics, rules: Rules
+    ) -> None:
+        self.handler = handler
+        self.strategy = strategy
+        self.acks = acks
+        self.pool = pool
+        self.metrics = metrics
+        self.rules = rules
+        self._begins = Coalescer("begin", strategy.begin)
+        self._records = Coalescer("record", strategy.record)
+        self._acknowledged: Coalescer[OrderEvent, None] = Coalescer("acknowledge", self._acknowledge_flush)
+        self._duplicates: Coalescer[str, None] = Coalescer("xack", self._ack_flush)
+
+    # -- dispatch: a read batch becomes runs ------------------------------------------------
+
+    async def dispatch(self, deliveries: list[Delivery]) -> int:
+        """Start the runs for a read batch; returns how many messages were taken on."""
+        in_flight = self.pool.in_flight
+        fresh = list({d.msg_id: d for d in deliveries if d.fields is not None and d.msg_id not in in_flight}.values())
+        if len(fresh) < len(deliveries):
+            await self._ack_deleted([d.msg_id for d in deliveries if d.fields is None])
+        for lanes, run in self._runs(fresh):
+            self.pool.start([d.msg_id for d in run], lanes, functools.partial(self.run, run))
+        return len(fresh)
+
+    def _runs(self, deliveries: list[Delivery]) -> Iterator[tuple[list[str], list[Delivery]]]:
+        """``(lanes, deliveries)`` per run, in stream order."""
+        if not deliveries:
+            return
+        if self.handler.instant:
+            yield [ALL_LANES], deliveries
+            return
+        by_lane: dict[str, list[Delivery]] = {}
+        key = self.rules.order_key
+        for delivery in deliveries:
+            lane = delivery.text(key) if key else None
+            if lane is None:
+                yield [], [delivery]
+            else:
+                by_lane.setdefault(lane, []).append(delivery)
+        for lane, run in by_lane.items():
+            yield [lane], run
+
+    async def _ack_deleted(self, ids: list[str]) -> None:
+        """Pending entries deleted from the stream: nothing to process, XACK them."""
+        if ids:
+            await self.acks.ack(ids)
+            self.metrics.inc("deleted", len(ids))
+            log.info("acked %s pending entries that were deleted from the stream", len(ids))
+
+    # -- one run, top to bottom -------------------------------------------------------------
+
+    async def run(self, deliveries: list[Delivery], turn: Turn) -> None:
+        """Admit, wait for the turn, begin, work, record, let the lane go, acknowledge."""
+        todo = await self._admit(deliveries)
+        await turn.wait()
+        todo, echoes = split_echoes(todo) if self.strategy.deduplicates else (todo, [])
+        done = await self._work(await self._begin(todo))
+        recorded = await self._record(done)
+        turn.done()
+        acked = await self._acknowledge(recorded) if recorded else set()
+        if echoes:
+            await self._settle_echoes(echoes, acked)
+
+    async def _admit(self, deliveries: list[Delivery]) -> list[Item]:
+        """Parse, check the delivery count; dead-letter what can never succeed."""
+        todo: list[Item] = []
+        parse, max_attempts = self.handler.parse, self.rules.max_attempts
+        for delivery in deliveries:
+            try:
+                event = parse(delivery)
+            except PermanentError as exc:
+                await self._dead_letter(delivery, f"permanent: {exc}")
+                continue
+            if delivery.deliveries > max_attempts:
+                reason = f"gave up: delivered {delivery.deliveries} times (max attempts {max_attempts})"
+                await self._dead_letter(delivery, reason)
+            else:
+                todo.append((delivery, event))
+        return todo
+
+    async def _begin(self, todo: list[Item]) -> list[Item]:
+        """The strategy's verdicts: returns what to do; duplicates are acked, busy ones left pending."""
+        if not todo:
+            return []
+        try:
+            verdicts = await self._begins.submit([event for _, event in todo])
+        except Exception as exc:
+            for delivery, _ in todo:
+                await self._failed(delivery, f"dedupe check failed: {exc!r}")
+            return []
+        proceed = [item for item, verdict in zip(todo, verdicts, strict=True) if verdict is Verdict.PROCEED]
+        if len(proceed) < len(todo):
+            duplicates = [d for (d, _), v in zip(todo, verdicts, strict=True) if v is Verdict.DUPLICATE]
+            busy = len(todo) - len(proceed) - len(duplicates)
+            if busy:
+                # Not a failure of the message: its lease expires with its holder, so a later
+                # delivery proceeds. Dead-lettering it could race the holder's charge.
+                self.metrics.inc("errors", busy)
+                log.info("%s messages: another consumer holds their processing lease; left pending", busy)
+            await self._skip_duplicates(duplicates)
+        return proceed
+
+    async def _work(self, todo: list[Item]) -> list[Item]:
+        """The handler's work, one message after another, each holding a slot; returns what was done."""
+        done: list[Item] = []
+        failed: list[tuple[Delivery, OrderEvent, Exception]] = []
+        process = self.handler.process
+        slots = None if self.handler.instant else self.pool.slot()  # instant: one at a time anyway
+        for delivery, event in todo:
+            try:
+                if slots is None:
+                    await process(event)
+                else:
+                    async with slots:  # --parallelism bounds the work, not the batched I/O around it
+                        await process(event)
+            except Exception as exc:
+                failed.append((delivery, event, exc))
+            else:
+                done.append((delivery, event))
+        if failed:
+            await self._undo([event for _, event, _ in failed])
+            for delivery, _, error in failed:
+                await self._failed(delivery, f"{type(error).__name__}: {error}")
+        return done
+
+    async def _record(self, done: list[Item]) -> list[tuple[Item, bool]]:
+        """Write the charges (one transaction with the other runs in hand); ``(item, applied)`` each."""
+        if not done:
+            return []
+        charge, consumer = self.handler.charge, self.rules.consumer
+        try:
+            applied = await self._records.submit([charge(event, consumer) for _, event in done])
+        except Exception as exc:
+            self.metrics.inc("errors", len(done))
+            log.warning("charge of %s messages failed, left pending for redelivery: %r", len(done), exc)
+            await self._undo([event for _, event in done])  # or the redelivery looks like a duplicate
+            return []
+        return list(zip(done, applied, strict=True))
+
+    async def _acknowledge(self, recorded: list[tuple[Item, bool]]) -> set[str]:
+        """XACK the recorded messages; returns their dedupe keys once acked."""
+        events = [event for (_, event), _ in recorded]
+        try:
+            await self._acknowledged.submit(events)
+        except Exception as exc:
+            # The charge is committed; the message stays pending and the strategy decides
+            # on the redelivery (with ``none`` it is charged again: at least once).
+            self.metrics.inc("errors", len(events))
+            log.warning("ack of %s charged messages failed, left pending: %r", len(events), exc)
+            return set()
+        self.metrics.inc("acked", len(events))
+        self.metrics.observe_batch(len(events), events[-1].msg_id)
+        skipped = sum(1 for _, applied in recorded if not applied)
+        if skipped:
+            self.metrics.inc("dedupe_skipped", skipped)
+            log.info("%s events were already applied; acked without a second charge", skipped)
+        return {event.dedupe_key for event in events}
+
+    # -- the other outcomes -----------------------------------------------------------------
+
+    async def _undo(self, events: list[OrderEvent]) -> None:
+        try:
+            await self.strategy.abort(events)
+        except Exception as exc:
+            log.warning("could not undo the dedupe marks of %s messages: %r", len(events), exc)
+
+    async def _skip_duplicates(self, deliveries: list[Delivery]) -> None:
+        if not deliveries:
+            return
+        try:
+            await self._duplicates.submit([d.msg_id for d in deliveries])
+        except Exception as exc:
+            log.warning("ack of %s duplicates failed, left pending: %r", len(deliveries), exc)
+            return
+        self.metrics.inc("acked", len(deliveries))
+        self.metrics.inc("dedupe_skipped", len(deliveries))
+        log.info("%s duplicates (event already marked done), acked without processing", len(deliveries))
+
+    async def _settle_echoes(self, echoes: list[tuple[Delivery, str]], acked: set[str]) -> None:
+        """Ack an echo whose event was just charged and acked; otherwise leave it pending for a retry."""
+        await self._skip_duplicates([delivery for delivery, key in echoes if key in acked])
+        left = [delivery.msg_id for delivery, key in echoes if key not in acked]
+        if left:
+            self.metrics.inc("errors", len(left))
+            log.info("%s: same event as another message of its run, which failed; left pending", ",".join(left))
+
+    async def _failed(self, delivery: Delivery, reason: str) -> None:
+        self.metrics.inc("errors")
+        if delivery.deliveries >= self.rules.max_attempts:
+            await self._dead_letter(delivery, reason)
+            return
+        log.info(
+            "%s: attempt %s of %s failed, left pending for redelivery: %s",
+            delivery.msg_id,
+            delivery.deliveries,
+            self.rules.max_attempts,
+            reason,
+        )
+
+    async def _dead_letter(self, delivery: Delivery, reason: str) -> None:
+        try:
+            moved = await self.acks.dead_letter(delivery, reason)
+        except Exception as exc:
+            log.warning("%s: dead-lettering failed, left pending: %r", delivery.msg_id, exc)
+            return
+        if moved:
+            self.metrics.inc("dead_lettered")
+
+    # -- batching ---------------------------------------------------------------------------
+
+    async def _acknowledge_flush(self, events: list[OrderEvent]) -> list[None]:
+        await self.strategy.acknowledge(events)
+        return [None] * len(events)
+
+    async def _ack_flush(self, ids: list[str]) -> list[None]:
+        await self.acks.ack(list(dict.fromkeys(ids)))
+        return [None] * len(ids)
+
+    async def settle(self, timeout_s: float) -> bool:
+        """Wait for every batched dedupe call, commit and XACK still on its way; True if all landed."""
+        settled = True
+        for coalescer in (self._begins, self._records, self._acknowledged, self._duplicates):
+            settled = await coalescer.wait_idle(timeout_s) and settled
+        return settled
+
+
+def split_echoes(todo: list[Item]) -> tuple[list[Item], list[tuple[Delivery, str]]]:
+    """With dedupe on, a run carrying the same event twice does it once; the echoes wait for it."""
+    first: dict[str, Item] = {}
+    echoes: list[tuple[Delivery, str]] = []
+    for delivery, event in todo:
+        if event.dedupe_key in first:
+            echoes.append((delivery, event.dedupe_key))
+        else:
+            first[event.dedupe_key] = (delivery, event)
+    return (list(first.values()), echoes) if echoes else (todo, [])
