@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from labs.experiments.eviction import run_eviction
+from labs.experiments.eviction import PRODUCER_WRITES, run_eviction
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -17,7 +17,8 @@ def test_allkeys_lru_evicts_the_whole_stream_with_its_group_and_pel(tmp_path: Pa
     assert result.cache_error == "" and result.evicted_keys > 0
     assert not result.stream_exists and result.pending_after is None  # the key, group and PEL are gone
     assert result.consumer_error.startswith("ResponseError: NOGROUP")
-    assert result.producer_error == "" and result.groups_after_xadd == 0  # XADD made a new stream, no group
+    assert result.producer_error == "" and result.producer_accepted == PRODUCER_WRITES
+    assert result.groups_after_xadd == 0  # the producer's XADD made a new stream, with no group
 
 
 def test_noeviction_refuses_the_producer_with_oom_and_keeps_the_queue(tmp_path: Path) -> None:
@@ -25,6 +26,7 @@ def test_noeviction_refuses_the_producer_with_oom_and_keeps_the_queue(tmp_path: 
     assert result.evicted_keys == 0
     assert result.cache_error.startswith("OutOfMemoryError")
     assert result.producer_error.startswith("OutOfMemoryError")
+    assert result.producer_accepted < PRODUCER_WRITES  # a few may slip in right at the limit, then OOM
     assert result.stream_exists and result.pending_after == result.pending_before == 5
     assert result.consumer_error == "" and result.groups_after_xadd == 1  # reading still works
 

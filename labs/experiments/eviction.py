@@ -40,6 +40,7 @@ VALUE_BYTES = 1024
 BATCH = 50
 MAX_CACHE_KEYS = 5_000  # about 2.5 times what fits: far more than LRU needs to reach the stream
 LRU_TICK_S = 1.0  # Redis keeps a key's access time in a clock with a 1 s resolution
+PRODUCER_WRITES = 200
 GROUP = "billing"
 CONSUMER = "billing-1"
 
@@ -57,7 +58,8 @@ class EvictionResult:
     stream_exists: bool  # EXISTS on the stream after the fill
     pending_after: int | None  # XPENDING after the fill (None when it failed)
     consumer_error: str  # the reply to the consumer's XREADGROUP ('' when it worked)
-    producer_error: str  # the reply to the producer's XADD ('' when it worked)
+    producer_accepted: int  # the producer's XADDs that the full server still took
+    producer_error: str  # the error that stopped the producer ('' when all its XADDs worked)
     groups_after_xadd: int  # groups on the stream after the producer's XADD
 
 
@@ -117,10 +119,24 @@ def fill_cache(
         errors = [reply for reply in replies if isinstance(reply, Exception)]
         written += len(replies) - len(errors)
         if errors:
-            return written, error_text(errors[0])
+            return _top_up(client, prefix, written, value, ttl_s)
         if not client.exists(stream):
             return written, ""
     return written, ""
+
+
+def _top_up(client: redis.Redis, prefix: str, written: int, value: str, ttl_s: int | None) -> tuple[int, str]:
+    """After a failed batch, single ``SET``s until one fails: no big pipeline buffer is left to free.
+
+    A batch's query buffer counts in ``used_memory`` while it is parsed; once it is freed the
+    server can dip back under ``maxmemory``, and the next write would pass.
+    """
+    for i in range(written, written + BATCH * 4):
+        try:
+            client.set(f"{prefix}{i}", value, ex=ttl_s)
+        except redis.ResponseError as exc:
+            return i, error_text(exc)
+    return written + BATCH * 4, ""
 
 
 def error_text(exc: BaseException) -> str:
@@ -137,6 +153,20 @@ def reply_error(call: Callable[[], object]) -> str:
     return ""
 
 
+def produce_until_error(client: redis.Redis, stream: str, max_writes: int = PRODUCER_WRITES) -> tuple[int, str]:
+    """The producer keeps calling ``XADD``: (accepted, the error that stopped it or '').
+
+    Right at ``maxmemory`` a small write can slip in (the rejected cache write's buffer was just
+    freed), but under ``noeviction`` every accepted ``XADD`` adds memory, so a few later one fails.
+    """
+    for i in range(max_writes):
+        try:
+            client.xadd(stream, {"type": "order.paid", "order_id": f"o-after-{i}", "amount": "10.00"})
+        except redis.ResponseError as exc:
+            return i, error_text(exc)
+    return max_writes, ""
+
+
 def run_eviction(
     home: Path, policy: str, *, ttl_s: int | None = None, max_keys: int = MAX_CACHE_KEYS
 ) -> EvictionResult:
@@ -148,13 +178,13 @@ def run_eviction(
         wait_idle(client, stream, int(LRU_TICK_S))
         written, cache_error = fill_cache(client, "cache:", stream, ttl_s=ttl_s, max_keys=max_keys)
         exists = bool(client.exists(stream))
+        producer_accepted, producer_error = produce_until_error(client, stream)
         pending_after: int | None
         try:
             pending_after = int(client.xpending(stream, GROUP)["pending"])
         except redis.ResponseError:
             pending_after = None
         consumer_error = reply_error(lambda: client.xreadgroup(GROUP, CONSUMER, {stream: ">"}, count=1))
-        producer_error = reply_error(lambda: client.xadd(stream, {"order_id": "o-after"}))
         groups = len(client.xinfo_groups(stream)) if client.exists(stream) else 0
         result = EvictionResult(
             policy=policy,
@@ -166,6 +196,7 @@ def run_eviction(
             stream_exists=exists,
             pending_after=pending_after,
             consumer_error=consumer_error,
+            producer_accepted=producer_accepted,
             producer_error=producer_error,
             groups_after_xadd=groups,
         )
