@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from labs.launcher.topology import Topology
+from labs.panels.figure import PALETTE, consumer_colour, short_key
 from labs.panels.panel import StreamPanel
 
 pytestmark = pytest.mark.timeout(30)
@@ -22,6 +23,11 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 5.0, poll_s: flo
             return True
         time.sleep(poll_s)
     return bool(predicate())
+
+
+def _status(panel: StreamPanel) -> str:
+    """The status line's HTML."""
+    return str(panel._figure.label.value)
 
 
 def _url(client: redis.Redis) -> str:
@@ -90,7 +96,7 @@ def test_stop_is_idempotent_and_ends_the_thread(redis_client: redis.Redis, key_p
     count = len(panel.samples)
     time.sleep(0.2)
     assert len(panel.samples) == count
-    assert "stopped" in panel.widget.children[0].value
+    assert "остановлена: работа закончилась" in _status(panel)
 
 
 def test_stops_by_itself_after_max_duration(redis_client: redis.Redis, key_prefix: str) -> None:
@@ -99,6 +105,7 @@ def test_stops_by_itself_after_max_duration(redis_client: redis.Redis, key_prefi
     ).start()
     assert wait_until(lambda: not panel.running, timeout_s=5)
     assert panel.stop_reason is not None and panel.stop_reason.startswith("max_duration_s")
+    assert "остановлена: прошло 0.5 с" in _status(panel)
     assert panel.samples and panel.samples[-1].t_s < 0.5
 
 
@@ -108,7 +115,7 @@ def test_a_redis_error_is_shown_and_does_not_kill_the_thread(redis_client: redis
     with StreamPanel(_url(redis_client), stream=stream, group="g", refresh_s=0.02) as panel:
         assert wait_until(lambda: panel.errors >= 2)
         assert panel.running
-        assert "WRONGTYPE" in panel.widget.children[0].value
+        assert "WRONGTYPE" in _status(panel) and "ошибка Redis" in _status(panel)
         redis_client.delete(stream)
         redis_client.xadd(stream, {"i": 1})
         assert wait_until(lambda: bool(panel.samples) and panel.samples[-1].length == 1, timeout_s=8)
@@ -123,7 +130,7 @@ def test_survives_a_dead_server_and_resumes(topology_factory: Callable[..., Topo
         topo.kill()
         assert wait_until(lambda: panel.errors >= 1)
         assert panel.running
-        assert "error" in panel.widget.children[0].value.lower()
+        assert "ошибка Redis" in _status(panel)
         topo.ensure()  # a new empty server (no persistence) on the same port
         before = len(panel.samples)
         assert wait_until(lambda: len(panel.samples) > before, timeout_s=10)
@@ -141,3 +148,71 @@ def test_stop_takes_one_last_sample(redis_client: redis.Redis, key_prefix: str) 
     panel.stop()
     assert not panel.running and panel.stop_reason == "stop()"
     assert [s.length for s in panel.samples] == [0, 3]  # the frozen panel shows the state at stop()
+
+
+def test_status_is_in_words_and_the_title_has_no_random_prefix(redis_client: redis.Redis, key_prefix: str) -> None:
+    stream = f"{key_prefix}orders"
+    redis_client.xgroup_create(stream, "billing", "0", mkstream=True)
+    redis_client.xadd(stream, {"i": 0})
+    panel = StreamPanel(_url(redis_client), stream=stream, group="billing", refresh_s=0.05).start()
+    try:
+        assert wait_until(lambda: "идёт:" in _status(panel))
+        assert "XLEN 1 · в PEL 0 · lag 1" in _status(panel)
+    finally:
+        panel.stop()
+    assert "<b>orders · группа billing</b>" in _status(panel)
+    assert key_prefix not in _status(panel)
+    assert "остановлена: работа закончилась" in _status(panel)
+
+
+def test_short_key_drops_a_random_prefix_only() -> None:
+    assert short_key("nb02:1a2b3c4d:live") == "live"
+    assert short_key("test:name:0123abcd:orders:dlq") == "orders:dlq"
+    assert short_key("orders") == "orders"
+    assert short_key("lab1:persistence") == "lab1:persistence"
+
+
+def test_consumer_colours_depend_on_the_name_only() -> None:
+    assert consumer_colour("billing-1") == PALETTE[0] == consumer_colour("worker-1")
+    assert consumer_colour("billing-2") == PALETTE[1]
+    assert len({consumer_colour(f"billing-{i}") for i in range(1, len(PALETTE) + 1)}) == len(PALETTE)
+    assert consumer_colour("rescuer") == consumer_colour("rescuer") in PALETTE
+
+
+def test_figure_has_units_and_axes_from_zero(redis_client: redis.Redis, key_prefix: str) -> None:
+    stream = f"{key_prefix}orders"
+    redis_client.xgroup_create(stream, "billing", "0", mkstream=True)
+    redis_client.xadd(stream, {"i": 0})
+    redis_client.xreadgroup("billing", "billing-2", {stream: ">"})  # one entry waits in the PEL
+    with StreamPanel(_url(redis_client), stream=stream, group="billing", refresh_s=0.05) as panel:
+        assert panel.wait_for_samples(3)
+    layout = panel._figure.figure.layout
+    assert layout.width is None and layout.autosize  # the notebook's full width
+    assert [a.title.text for a in (layout.yaxis, layout.yaxis2, layout.yaxis3)] == [
+        "записей", "возраст, с", "записей в PEL"
+    ]
+    assert all(a.title.text == "время, с" for a in (layout.xaxis, layout.xaxis2, layout.xaxis3))
+    assert tuple(layout.yaxis.range) == (0, 5.0)  # lag is a flat 0: drawn from 0, not as -1..1
+    assert layout.yaxis2.range[0] == layout.yaxis3.range[0] == 0
+    traces = {t.name: t for t in panel._figure.figure.data}
+    assert traces["billing-2"].line.color == consumer_colour("billing-2")
+    assert [name for name, t in traces.items() if t.showlegend is not False] == ["billing-2"]
+    assert panel.samples[-1].oldest_pending_age_ms is not None
+
+
+def test_replay_redraws_the_recorded_samples(redis_client: redis.Redis, key_prefix: str) -> None:
+    stream = f"{key_prefix}orders"
+    redis_client.xgroup_create(stream, "billing", "0", mkstream=True)
+    panel = StreamPanel(_url(redis_client), stream=stream, group="billing", refresh_s=0.05)
+    assert panel.replay() is panel and not panel.replaying  # nothing recorded yet: a no-op
+    with panel:
+        for i in range(3):
+            redis_client.xadd(stream, {"i": i})
+            assert wait_until(lambda n=i + 1: bool(panel.samples) and panel.samples[-1].length == n)
+    recorded = panel.samples
+    assert not panel._figure.replay_button.disabled
+    panel.replay(speed=10.0)
+    assert wait_until(lambda: not panel.replaying, timeout_s=10)
+    assert "повтор окончен" in _status(panel)
+    assert list(panel._figure.figure.data[0].x) == [s.t_s for s in recorded]
+    assert panel.samples == recorded  # a replay records nothing new

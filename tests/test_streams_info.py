@@ -53,3 +53,17 @@ def test_missing_group_is_empty_and_wrong_type_raises(redis_client: redis.Redis,
     redis_client.set(f"{key_prefix}str", "x")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         read_stream_stats(redis_client, f"{key_prefix}str", "g")
+
+
+def test_oldest_pending_age_comes_from_the_oldest_pel_entry(redis_client: redis.Redis, key_prefix: str) -> None:
+    stream = f"{key_prefix}orders"
+    redis_client.xgroup_create(stream, "g", "0", mkstream=True)
+    assert read_stream_stats(redis_client, stream, "g").oldest_pending_age_ms is None  # empty PEL
+    first = redis_client.xadd(stream, {"i": 0})
+    second = redis_client.xadd(stream, {"i": 1})
+    redis_client.xreadgroup("g", "a", {stream: ">"}, count=2)
+    redis_client.xack(stream, "g", first)  # the oldest pending entry is now the second one
+    stats = read_stream_stats(redis_client, stream, "g")
+    assert stats.oldest_pending_age_ms == max(0, stats.server_ms - id_ms(second))
+    redis_client.xack(stream, "g", second)
+    assert read_stream_stats(redis_client, stream, "g").oldest_pending_age_ms is None

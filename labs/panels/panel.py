@@ -12,6 +12,10 @@ in whichever cell happens to be running). It stops on :meth:`stop`, on leaving a
 block, or by itself after ``max_duration_s``. A Redis error does not kill it: the label
 shows the error and the thread backs off, then tries again.
 
+A short run (Run All finishes a demo in seconds, sometimes before the browser has even
+drawn the widget) can be watched again: :meth:`replay` (or the panel's "повторить"
+button) redraws the recorded samples at their own pace.
+
 Without a frontend (nbval, a script) the widgets still exist as objects; the panel
 works the same and ``samples`` carries the figures for asserts.
 """
@@ -28,7 +32,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from labs.panels.figure import PanelFigure
+from labs.panels.figure import PanelFigure, short_key
 from labs.panels.sample import PanelSample
 from labs.panels.streams_info import read_stream_stats
 
@@ -37,6 +41,21 @@ log = logging.getLogger(__name__)
 SOCKET_TIMEOUT_S = 1.0
 MAX_BACKOFF_S = 5.0
 JOIN_TIMEOUT_S = 2 * SOCKET_TIMEOUT_S + MAX_BACKOFF_S
+MAX_REPLAY_S = 15.0  # a longer history is replayed faster, so that a replay fits in this
+STOP_WORDS = {"stop()": "работа закончилась"}
+
+
+def describe(sample: PanelSample) -> str:
+    """One sample in words: ``12 с · XLEN 120 · в PEL 7 · lag 3``."""
+    lag = "?" if sample.lag is None else str(sample.lag)
+    return f"{sample.t_s:.0f} с · XLEN {sample.length} · в PEL {sample.pending} · lag {lag}"
+
+
+def stop_words(reason: str | None, max_duration_s: float) -> str:
+    """Why the panel stopped, in words (``stop_reason`` keeps the short code)."""
+    if reason is not None and reason.startswith("max_duration_s"):
+        return f"прошло {max_duration_s:g} с (max_duration_s)"
+    return STOP_WORDS.get(reason or "stop()", reason or "")
 
 
 class StreamPanel:
@@ -65,7 +84,10 @@ class StreamPanel:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._figure = PanelFigure(title or f"{stream} / {group}")
+        self._replay_stop = threading.Event()
+        self._replay_thread: threading.Thread | None = None
+        self._figure = PanelFigure(title or f"{short_key(stream)} · группа {group}")
+        self._figure.on_replay(self.replay)
 
     # -- public API -----------------------------------------------------------------
 
@@ -88,6 +110,8 @@ class StreamPanel:
         """Start refreshing from a daemon thread (a no-op while running); returns self."""
         if self.running:
             return self
+        self._stop_replay()
+        self._figure.replay_button.disabled = True
         self._stop.clear()
         self.stop_reason = None
         self.errors = 0
@@ -160,7 +184,8 @@ class StreamPanel:
                 self._refresh(client, time.monotonic() - started)
         finally:
             client.close()
-            self._show(f"stopped ({self.stop_reason or 'stop()'}) · {self._summary()}")
+            self._show(f"остановлена: {stop_words(self.stop_reason, self.max_duration_s)} · {self._summary()}")
+            self._figure.replay_button.disabled = not self.samples
 
     def _backoff_s(self, failures: int) -> float:
         return float(min(MAX_BACKOFF_S, self.refresh_s * 2 ** min(failures, 10)))
@@ -172,7 +197,7 @@ class StreamPanel:
         except Exception as exc:  # a monitor must outlive any error; the label shows it
             self.errors += 1
             log.debug("panel %s: %s", self.stream, exc)
-            self._show(f"Redis error ({type(exc).__name__}: {exc}); retrying")
+            self._show(f"ошибка Redis ({type(exc).__name__}: {exc}), пробую снова · {self._summary()}")
             return False
         sample = PanelSample(
             t_s=round(elapsed_s, 3),
@@ -180,6 +205,7 @@ class StreamPanel:
             pending_by_consumer=stats.pending_by_consumer,
             lag=stats.lag,
             stream_age_ms=stats.stream_age_ms,
+            oldest_pending_age_ms=stats.oldest_pending_age_ms,
         )
         with self._lock:
             self._samples.append(sample)
@@ -188,7 +214,7 @@ class StreamPanel:
             self._figure.draw(history)
         except Exception as exc:  # a closed comm or a widget error must not kill the thread
             log.debug("panel %s: drawing failed: %s", self.stream, exc)
-        self._show(f"running · {self._summary()}")
+        self._show(f"идёт: {self._summary()}")
         return True
 
     def _show(self, text: str) -> None:
@@ -200,13 +226,52 @@ class StreamPanel:
 
     def _summary(self) -> str:
         samples = self.samples
-        if not samples:
-            return "no samples yet" + (f" · errors {self.errors}" if self.errors else "")
-        last = samples[-1]
-        age = "-" if last.stream_age_ms is None else f"{last.stream_age_ms / 1000:.1f} s"
-        lag = "-" if last.lag is None else str(last.lag)
-        text = (
-            f"t={last.t_s:.1f} s · XLEN {last.length} · pending {last.pending} · "
-            f"lag {lag} · stream age {age} · samples {len(samples)}"
+        text = describe(samples[-1]) if samples else "замеров ещё нет"
+        return text + (f" · ошибок Redis {self.errors}" if self.errors else "")
+
+    # -- replay ---------------------------------------------------------------------
+
+    def replay(self, speed: float | None = None) -> StreamPanel:
+        """Redraw the recorded samples at their own pace, from a daemon thread; returns self.
+
+        ``speed`` 1 is real time; by default a history longer than ``MAX_REPLAY_S`` is played
+        faster so that it takes that long. A no-op while the panel is live or has no samples.
+        """
+        history = self.samples
+        if self.running or not history:
+            return self
+        self._stop_replay()
+        total_s = history[-1].t_s
+        chosen = speed if speed is not None else max(1.0, total_s / MAX_REPLAY_S)
+        if chosen <= 0:
+            raise ValueError("speed must be positive")
+        self._replay_stop.clear()
+        self._replay_thread = threading.Thread(
+            target=self._replay, args=(history, chosen), name=f"panel-replay-{self.stream}", daemon=True
         )
-        return text + (f" · errors {self.errors}" if self.errors else "")
+        self._replay_thread.start()
+        return self
+
+    @property
+    def replaying(self) -> bool:
+        return self._replay_thread is not None and self._replay_thread.is_alive()
+
+    def _stop_replay(self) -> None:
+        self._replay_stop.set()
+        thread = self._replay_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(JOIN_TIMEOUT_S)
+
+    def _replay(self, history: list[PanelSample], speed: float) -> None:
+        started = time.monotonic()
+        total_s = history[-1].t_s
+        for index, sample in enumerate(history):
+            wait_s = (sample.t_s - history[0].t_s) / speed - (time.monotonic() - started)
+            if wait_s > 0 and self._replay_stop.wait(wait_s):
+                return
+            try:
+                self._figure.draw(history[: index + 1])
+            except Exception as exc:  # a closed comm must not kill the thread
+                log.debug("panel %s: replay drawing failed: %s", self.stream, exc)
+            self._show(f"повтор ({speed:g}×): {describe(sample)} из {total_s:.0f} с")
+        self._show(f"повтор окончен · {describe(history[-1])}")

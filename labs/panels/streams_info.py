@@ -30,6 +30,7 @@ class StreamStats:
     lag: int | None = None
     stream_age_ms: int | None = None
     group_exists: bool = False
+    oldest_pending_age_ms: int | None = None
 
 
 def id_ms(entry_id: str | bytes) -> int:
@@ -65,6 +66,13 @@ def _group_info(groups_reply: Any, group: str) -> dict[str, Any] | None:
     return None
 
 
+def _oldest_pending_id(summary: Any) -> str | None:
+    if isinstance(summary, Exception) or not summary or not summary.get("pending"):
+        return None
+    oldest = summary.get("min")
+    return _text(oldest) if oldest else None
+
+
 def _pending_by_consumer(summary: Any, max_consumers: int) -> tuple[int, dict[str, int]]:
     if isinstance(summary, Exception) or not summary:
         return 0, {}
@@ -83,7 +91,10 @@ def read_stream_stats(
     """One snapshot: XLEN, XRANGE (one entry), XINFO GROUPS, XPENDING (summary) and TIME.
 
     ``stream_age_ms`` is the server's time minus the timestamp of the oldest entry still
-    in the stream: how much history the stream keeps (None when it is empty). ``lag`` is
+    in the stream: how much history the stream keeps (None when it is empty).
+    ``oldest_pending_age_ms`` is the same for the oldest entry in the group's PEL (the
+    summary's smallest ID): how long the oldest unacknowledged work has waited since it was
+    added (None when the PEL is empty). ``lag`` is
     what XINFO GROUPS reports (entries not yet delivered to the group; None when Redis
     cannot tell, e.g. after XDEL in the undelivered range, or when the group is missing).
     """
@@ -99,6 +110,7 @@ def read_stream_stats(
     info = _group_info(groups, group)
     pending_total, by_consumer = _pending_by_consumer(summary, max_consumers)
     lag = info.get("lag") if info else None
+    oldest_pending = _oldest_pending_id(summary)
     return StreamStats(
         server_ms=server_ms,
         length=int(length),
@@ -107,4 +119,5 @@ def read_stream_stats(
         lag=int(lag) if lag is not None else None,
         stream_age_ms=max(0, server_ms - id_ms(oldest[0][0])) if oldest else None,
         group_exists=info is not None,
+        oldest_pending_age_ms=max(0, server_ms - id_ms(oldest_pending)) if oldest_pending else None,
     )
