@@ -38,7 +38,13 @@ class Coalescer(Generic[T, R]):
         self._max_batch = max_batch
         self._queue: list[tuple[list[T], asyncio.Future[list[R]]]] = []
         self._runner: asyncio.Task[None] | None = None
+        self._flushing = 0
         self.flushes = 0
+
+    @property
+    def pending(self) -> int:
+        """How many items are queued or in the flush running now."""
+        return self._flushing + sum(len(items) for items, _ in self._queue)
 
     @property
     def idle(self) -> bool:
@@ -81,6 +87,7 @@ class Coalescer(Generic[T, R]):
         while self._queue:
             batch = self._take()
             items = [item for call_items, _ in batch for item in call_items]
+            self._flushing = len(items)
             try:
                 results = list(await self._flush(items))
                 if len(results) != len(items):
@@ -92,6 +99,7 @@ class Coalescer(Generic[T, R]):
                         future.set_exception(exc)
                 continue
             finally:
+                self._flushing = 0
                 self.flushes += 1
             start = 0
             for call_items, future in batch:

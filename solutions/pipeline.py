@@ -279,6 +279,11 @@ class Pipeline:
         await self.acks.ack(list(dict.fromkeys(ids)))
         return [None] * len(ids)
 
+    @property
+    def charges_on_their_way(self) -> int:
+        """Charges handed to the ledger and not yet committed (or failed)."""
+        return self._records.pending
+
     async def settle(self, timeout_s: float) -> bool:
         """Wait for every batched dedupe call, commit and XACK still on its way; True if all landed."""
         settled = True

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from billing_support import charge_counts, pending_ids, produce, running, settings, until
+from billing_support import charge_counts, claim_rounds, pending_ids, produce, running, settings, until
 
 POISON = {
     "missing-order": ({"type": "order.paid", "amount": "1.00", "event_id": "p1"}, "missing order_id"),
@@ -25,8 +25,8 @@ def dlq_entries(client: redis.Redis, stream: str) -> list[dict[bytes, bytes]]:
     return [fields for _, fields in client.xrange(f"{stream}:dlq")]
 
 
-# delay 0: the batch path (instant handler); 1 ms: a task per message. Both must agree.
-PATHS = pytest.mark.parametrize("delay_ms", [0, 1], ids=["batch", "per-message"])
+# delay 0: an instant handler, one run per read batch; 1 ms: one run per lane key. Both must agree.
+PATHS = pytest.mark.parametrize("delay_ms", [0, 1], ids=["instant", "lanes"])
 
 
 @PATHS
@@ -43,8 +43,9 @@ def test_each_poison_input_lands_in_the_dlq_once_with_its_reason(
             await until(lambda: client.xlen(s.dlq_stream) >= len(POISON), 10, "every poison message in the DLQ")
             produce(client, s.stream, 3)  # the worker is still up and charges good messages
             await until(lambda: worker.counts.processed == 3, 10, "the good messages")
-            await asyncio.sleep(0.5)  # several rescuer rounds: nothing is dead-lettered twice
+            await claim_rounds(client, 3)  # several rescuer rounds: nothing is dead-lettered twice
             assert worker.counts.dead_lettered == len(POISON)
+            assert client.xlen(s.dlq_stream) == len(POISON)
 
     asyncio.run(scenario())
     entries = dlq_entries(client, s.stream)
@@ -72,7 +73,7 @@ def test_transient_failure_goes_to_the_dlq_after_max_attempts_exactly_once(
     async def scenario() -> None:
         async with running(s) as worker:
             await until(lambda: client.xlen(s.dlq_stream) >= 1, 10, "the failing message in the DLQ")
-            await asyncio.sleep(0.6)
+            await claim_rounds(client, 3)  # rounds that could reclaim it again: nothing more happens
             assert worker.counts.errors == 3
             assert worker.counts.dead_lettered == 1
 

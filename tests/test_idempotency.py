@@ -63,7 +63,7 @@ def test_death_between_mark_and_work(
     assert client.xlen(s.dlq_stream) == 0
 
 
-@pytest.mark.parametrize("delay_ms", [0, 1], ids=["batch", "per-message"])
+@pytest.mark.parametrize("delay_ms", [0, 1], ids=["instant", "lanes"])
 @pytest.mark.parametrize(("dedupe", "charged"), [("none", 2), ("redis", 1), ("redis-2phase", 1), ("sqlite", 1)])
 def test_a_duplicate_event_is_charged_per_strategy(
     dedupe: str, charged: int, delay_ms: int, redis_url: str, key_prefix: str, tmp_path: Path

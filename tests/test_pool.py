@@ -15,7 +15,7 @@ from solutions.messages import OrderEvent
 from solutions.pool import Job, Pool, Turn
 
 
-@pytest.mark.parametrize(("delay_ms", "jitter_ms"), [(1, 15), (0, 0)], ids=["per-message", "batch"])
+@pytest.mark.parametrize(("delay_ms", "jitter_ms"), [(1, 15), (0, 0)], ids=["lanes", "instant"])
 def test_per_key_order_holds_at_parallelism_16(
     delay_ms: int, jitter_ms: int, redis_url: str, key_prefix: str, tmp_path: Path
 ) -> None:
@@ -113,8 +113,8 @@ def test_parallelism_bounds_the_handlers_at_work(redis_url: str, key_prefix: str
 def test_per_key_order_holds_across_overlapping_batches(
     dedupe: str, redis_url: str, key_prefix: str, tmp_path: Path
 ) -> None:
-    """Batches of an instant handler overlap (the XACK of one, the dedupe round trip of the next),
-    but their work and charges still follow stream order per order_id."""
+    """Runs of an instant handler overlap (the XACK of one with the work of the next), but their
+    work and charges still follow stream order per order_id."""
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     s = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", parallelism=16, count=8, dedupe=dedupe)
     ids = produce(client, s.stream, 600, orders=3)

@@ -12,6 +12,7 @@ import redis
 from billing_support import (
     charge_counts,
     charges,
+    command_calls,
     pending_ids,
     produce,
     running,
@@ -87,14 +88,21 @@ def test_deleted_pending_entries_are_acked_and_counted(
 
 
 def test_only_one_rescuer_per_group(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
     s1 = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", consumer="one", claim_interval_ms=100)
     s2 = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", consumer="two", claim_interval_ms=100)
 
     async def scenario() -> None:
         async with running(s1) as w1, running(s2) as w2:
             assert w1.rescuer is not None and w2.rescuer is not None
-            await until(lambda: w1.rescuer.holding or w2.rescuer.holding, 5, "a rescuer")  # type: ignore[union-attr]
-            await asyncio.sleep(0.5)
-            assert w1.rescuer.holding != w2.rescuer.holding
+            r1, r2 = w1.rescuer, w2.rescuer
+            await until(lambda: r1.holding or r2.holding, 5, "a rescuer")
+            target = command_calls(client, "evalsha") + 10  # both take or renew the lease every round
+
+            def rounds_with_one_holder() -> bool:
+                assert r1.holding != r2.holding, "two rescuers at once"
+                return command_calls(client, "evalsha") >= target
+
+            await until(rounds_with_one_holder, 10, "ten lease rounds")
 
     asyncio.run(scenario())

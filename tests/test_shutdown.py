@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 import signal
 import time
@@ -9,7 +11,22 @@ from pathlib import Path
 
 import pytest
 import redis
-from billing_support import charges, pending_ids, produce, reaped, spawn, stop_process, wait_until, worker_args
+from billing_support import (
+    charges,
+    hold_ledger_lock,
+    pending_ids,
+    produce,
+    reaped,
+    settings,
+    spawn,
+    stop_process,
+    until,
+    wait_until,
+    worker_args,
+)
+
+from solutions.ledger import Ledger
+from solutions.worker import Worker
 
 
 @pytest.mark.slow
@@ -65,3 +82,85 @@ def test_drain_deadline_leaves_work_pending_and_says_which(
     assert set(match.group(1).split(",")) == set(ids)
     assert pending_ids(client, stream, "billing") == set(ids), "not acked: they stay in the PEL"
     assert charges(ledger) == []
+
+
+def test_the_signal_handler_drains_in_process(
+    redis_url: str, key_prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's own signal handler, called directly (as arq's tests do): it stops reading,
+    finishes the work in hand, acks it, and logs one ``drain complete``."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = settings(redis_url, key_prefix, tmp_path / "ledger.sqlite3", handler_delay_ms=300, parallelism=4, count=4)
+    produce(client, s.stream, 40, orders=40)
+    caplog.set_level(logging.INFO, logger="solutions.worker")
+
+    async def scenario() -> tuple[set[str], int]:
+        worker = Worker(s)
+        task = asyncio.create_task(worker.run(handle_signals=True))
+        await until(lambda: len(worker.pool) > 0, 10, "work in hand")
+        in_hand = set(worker.pool.in_flight)
+        worker._on_signal(signal.SIGTERM)
+        summary = await asyncio.wait_for(task, s.drain_timeout_s + 10)
+        assert summary.left_pending == []
+        return in_hand, summary.counts.processed
+
+    in_hand, processed = asyncio.run(scenario())
+    charged = {msg_id for _, _, msg_id, _ in charges(s.ledger)}
+    assert in_hand <= charged, "the work in hand at the signal was finished"
+    assert processed == len(charged) < 40, "the worker stopped reading new messages"
+    assert pending_ids(client, s.stream, s.group) == set(), "everything read was charged and acked"
+    messages = [r.getMessage() for r in caplog.records if r.name == "solutions.worker"]
+    assert sum("received SIGTERM" in m for m in messages) == 1, messages
+    assert sum("drain complete" in m for m in messages) == 1, messages
+
+
+class ChargesAtDrainComplete(logging.Handler):
+    """Counts the ledger's charges at the moment the worker logs ``drain complete``."""
+
+    def __init__(self, ledger: Path) -> None:
+        super().__init__()
+        self.ledger = ledger
+        self.charged: list[int] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "drain complete" in record.getMessage():
+            self.charged.append(len(charges(self.ledger)))
+
+
+def test_drain_waits_for_a_commit_on_its_way(
+    redis_url: str, key_prefix: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run cancelled at the drain deadline leaves its batched commit running; ``drain complete``
+    must come after that commit (and its XACK, if any), never before."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = settings(redis_url, key_prefix, tmp_path / "ledger.sqlite3", drain_timeout_s=0.2, rescuer=False,
+                 handler_delay_ms=1)  # not instant: a run per message, all five at the ledger at once
+    ledger = Ledger(s.ledger, busy_timeout_ms=5_000)  # the commit waits for the lock, then lands
+    at_drain_complete = ChargesAtDrainComplete(s.ledger)
+    worker_log = logging.getLogger("solutions.worker")
+    caplog.set_level(logging.INFO, logger="solutions.worker")
+
+    async def scenario() -> list[str]:
+        worker = Worker(s, ledger=ledger)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: worker.started.is_set(), 10, "the worker to start")
+        produce(client, s.stream, 1)
+        await until(lambda: worker.counts.processed == 1, 10, "the first charge (the ledger exists)")
+        holder = await asyncio.to_thread(hold_ledger_lock, s.ledger, 1.0)
+        with reaped(holder):
+            produce(client, s.stream, 5, start=1, orders=1000)
+            assert worker.pipeline is not None
+            await until(lambda: worker.pipeline.charges_on_their_way == 5, 10, "five charges waiting for the ledger")
+            worker_log.addHandler(at_drain_complete)
+            try:
+                worker.request_stop()
+                summary = await asyncio.wait_for(task, 20)
+            finally:
+                worker_log.removeHandler(at_drain_complete)
+            return summary.left_pending
+
+    left = asyncio.run(scenario())
+    assert len(left) == 5, "the drain deadline (0.2 s) hit while the ledger was locked (1 s)"
+    assert at_drain_complete.charged == [6], "drain complete came before the commit on its way"
+    # Charged but never acked (their runs were cancelled): left pending, not acked without a charge.
+    assert pending_ids(client, s.stream, s.group) == set(left)
