@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
 
-from labs.experiments.persistence import SurvivalResult, count_present, kill_and_count, write_acknowledged
+from labs.experiments.persistence import (
+    SurvivalResult,
+    count_present,
+    kill_and_count,
+    stop_and_count,
+    write_acknowledged,
+)
 from labs.launcher.topology import Topology
 
 pytestmark = [pytest.mark.failover, pytest.mark.timeout(60)]
@@ -61,3 +68,16 @@ def test_an_error_reply_is_not_an_acknowledgement(redis_client: redis.Redis, key
 def test_kill_and_count_needs_at_least_one_write(topology_factory: Callable[..., Topology]) -> None:
     with pytest.raises(ValueError, match="n_writes"):
         kill_and_count(topology_factory("single"), stream="orders", n_writes=0)
+
+
+def test_a_graceful_stop_with_default_save_rules_writes_an_rdb_and_keeps_the_data(tmp_path: Path) -> None:
+    # The trap in "stop Redis and see what survived": SIGTERM/SHUTDOWN saves an RDB first.
+    result = stop_and_count(tmp_path, default_save=True, n_writes=100)
+    assert result.save != "" and result.rdb_bytes > 0
+    assert (result.acknowledged, result.survived) == (100, 100)
+
+
+def test_a_graceful_stop_with_no_save_points_keeps_nothing(tmp_path: Path) -> None:
+    result = stop_and_count(tmp_path, default_save=False, n_writes=100)
+    assert (result.save, result.rdb_bytes) == ("", 0)
+    assert (result.acknowledged, result.survived) == (100, 0)

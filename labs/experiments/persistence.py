@@ -16,19 +16,28 @@ What a ``kill -9`` of the *process* can and cannot lose:
   ``everysec`` is about a crash of the machine (power, kernel), which loses what was written
   but not yet fsynced. :func:`kill_and_count` waits ``fsync_wait_s`` first so that the result
   holds for both kinds of crash.
+
+Why ``kill -9`` and not a polite stop: :func:`stop_and_count` stops a throwaway server
+gracefully (``SIGTERM``, the same as ``SHUTDOWN``). With Redis's default ``save`` rules a
+graceful stop writes an RDB snapshot first, so the data "survives" with AOF off, and the
+experiment would prove nothing about AOF. Only ``save ""`` (no save points) stops without one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 
+from labs.launcher import ports
+from labs.launcher.process import RedisProcess
 from labs.launcher.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -122,6 +131,45 @@ def kill_and_count(topology: Topology, *, stream: str, n_writes: int, fsync_wait
         result.survived,
         result.lost,
     )
+    return result
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """What a graceful stop (``SIGTERM``) and a restart left of the acknowledged writes, AOF off."""
+
+    save: str  # the server's ``save`` setting ('' = no save points)
+    acknowledged: int
+    survived: int
+    rdb_bytes: int  # size of dump.rdb after the stop (0: none written)
+
+
+def stop_and_count(home: Path, *, default_save: bool, n_writes: int = 100) -> StopResult:
+    """A throwaway ``redis-server`` (free port, ``appendonly no``): write, ``SIGTERM``, restart, count.
+
+    ``default_save=True`` leaves ``save`` out of the config, so Redis's default save rules
+    apply; ``False`` writes ``save ""``. The server is killed afterwards.
+    """
+    port = ports.free_port()
+    proc = RedisProcess(f"stop-{port}", port, home, shutil.which("redis-server") or "redis-server")
+    home.mkdir(parents=True, exist_ok=True)
+    save_line = "" if default_save else 'save ""\n'
+    proc.conf.write_text(f'port {port}\nbind 127.0.0.1\ndir "{proc.data_dir}"\nappendonly no\n{save_line}')
+    proc.start("a free port")
+    try:
+        with contextlib.closing(proc.client(5.0)) as client:
+            save = str(client.config_get("save")["save"])
+            ids = write_acknowledged(client, "orders", n_writes)
+        proc.kill(signal.SIGTERM)  # graceful: the same path as SHUTDOWN
+        rdb = proc.data_dir / "dump.rdb"
+        rdb_bytes = rdb.stat().st_size if rdb.exists() else 0
+        proc.start("a free port")
+        with contextlib.closing(proc.client(5.0)) as client:
+            survived = count_present(client, "orders", ids)
+    finally:
+        proc.kill(signal.SIGKILL)
+    result = StopResult(save=save, acknowledged=len(ids), survived=survived, rdb_bytes=rdb_bytes)
+    log.info("graceful stop with save=%r: %s", save, result)
     return result
 
 
