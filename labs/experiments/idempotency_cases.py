@@ -219,17 +219,17 @@ def _wait_linked(replica: redis.Redis, timeout_s: float) -> None:
 def marker_cases(client: redis.Redis, prefix: str, pair: Pair) -> list[Case]:
     """Cases 1-5 and 8 (the worker's cases 6-7 are in :mod:`labs.experiments.worker_crash`)."""
     return [
-        Case(1, "SET NX, TTL >= retention", "course marker", "late redelivery within retention",
+        Case(1, "SET NX, TTL ≥ retention", "метка курса", "повтор через 300 мс, TTL 2 с",
              late_replay(client, f"{prefix}c1", ttl_ms=2_000, replay_after_ms=300)),
-        Case(2, "SET NX, TTL < retention", "course marker", "late redelivery after the TTL",
+        Case(2, "SET NX, TTL < retention", "метка курса", "повтор через 300 мс, TTL 100 мс",
              late_replay(client, f"{prefix}c2", ttl_ms=100, replay_after_ms=300)),
-        Case(3, "marker on the message id", "course marker", "producer re-sends the event",
+        Case(3, "метка по ID сообщения", "метка курса", "продюсер отправил событие повторно",
              producer_resend(client, f"{prefix}c3", key_on="msg_id")),
-        Case(4, "marker lost in a failover", "course marker", "replica promoted before the marker",
+        Case(4, "метка потеряна при failover", "метка курса", "реплику продвинули раньше, чем дошла метка",
              marker_lost_in_failover(pair, f"{prefix}c4")),
-        Case(5, "marker left by a crash", "course marker", "kill between SET NX and the work",
+        Case(5, "метка осталась после падения", "метка курса", "смерть между SET NX и работой",
              crash_between_marker_and_work(client, f"{prefix}c5")),
-        Case(8, "idempotent by nature", "no marker", "redelivery + re-send of SET status",
+        Case(8, "идемпотентно по природе", "без метки", "повтор и повторная отправка SET status",
              natural_idempotency(client, f"{prefix}c8")),
     ]  # fmt: skip
 
