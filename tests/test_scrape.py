@@ -23,6 +23,7 @@ def new_style_registry() -> tuple[CollectorRegistry, Counter, Histogram]:
     Gauge("billing_pending", "pending", LABELS, registry=registry).labels("o", "b", "w1").set(5)
     Gauge("billing_stream_age_seconds", "age", LABELS, registry=registry).labels("o", "b", "w1").set(12.5)
     lag = Histogram("billing_processing_lag_seconds", "lag", LABELS, registry=registry)
+    Gauge("billing_last_processing_lag_seconds", "last", LABELS, registry=registry).labels("o", "b", "w1").set(0.3)
     processed.labels("o", "b", "w1").inc(10)
     return registry, processed, lag
 
@@ -52,6 +53,7 @@ def test_scrape_reads_counters_gauges_and_a_histogram(served: Served) -> None:
     assert first.stream_age_s == 12.5
     assert first.group_lag is None  # not exported here: None, not 0
     assert first.lag_count == 2 and first.lag_mean_s == pytest.approx(0.2)
+    assert first.lag_last_s == 0.3  # the gauge beside the histogram
     processed.labels("o", "b", "w2").inc(5)  # a second worker behind the same endpoint: summed
     lag.labels("o", "b", "w1").observe(1.0)
     second = scrape(url)

@@ -27,6 +27,8 @@ def test_flags_and_wait_until() -> None:
     assert wait_until(lambda: 7, 1, "a value") == 7
     with pytest.raises(TimeoutError, match="never"):
         wait_until(lambda: 0, 0.1, "never")
+    with pytest.raises(TimeoutError):
+        wait_until(lambda: 1 // 0, 0.1, "a division", ignoring=(ZeroDivisionError,))
     assert charges(Path("/nonexistent/ledger.sqlite3")) == []
 
 
@@ -46,6 +48,7 @@ def test_worker_and_producer_charge_everything(redis_client: redis.Redis, redis_
     assert set(backlog) <= delivered_ids(redis_client, stream)
     assert len(delivered_ids(redis_client, stream)) == 30 and pending_ids(redis_client, stream) == set()
     assert {c.consumer for c in charges(ledger)} == {"w-test"}
+    assert all(0 <= c.lag_s < 30 for c in charges(ledger))  # charged after it was written
     assert "drain complete" in worker.log_text()
     with pytest.raises(RuntimeError, match="exited with 0"):
         worker.alive()

@@ -123,6 +123,12 @@ class Charge:
     event_id: str
     msg_id: str
     consumer: str
+    charged_at: float  # unix seconds
+
+    @property
+    def lag_s(self) -> float:
+        """Processing lag: when it was charged minus the timestamp in its message id."""
+        return self.charged_at - int(self.msg_id.split("-", 1)[0]) / 1000
 
 
 def charges(ledger: Path) -> list[Charge]:
@@ -131,12 +137,12 @@ def charges(ledger: Path) -> list[Charge]:
         return []
     with contextlib.closing(sqlite3.connect(ledger, timeout=30)) as db:
         try:
-            rows = db.execute("SELECT event_id, msg_id, consumer FROM charges ORDER BY rowid").fetchall()
+            rows = db.execute("SELECT event_id, msg_id, consumer, charged_at FROM charges ORDER BY rowid").fetchall()
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
             raise
-    return [Charge(str(e), str(m), str(c)) for e, m, c in rows]
+    return [Charge(str(e), str(m), str(c), float(t)) for e, m, c, t in rows]
 
 
 def pending_ids(client: redis.Redis, stream: str, group: str = GROUP) -> set[str]:
@@ -157,11 +163,23 @@ def delivered_ids(client: redis.Redis, stream: str, group: str = GROUP) -> set[s
     return {str(msg_id) for msg_id, _ in client.xrange(stream, "-", last) or []}
 
 
-def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, poll_s: float = 0.05) -> T:
-    """Poll until ``predicate()`` is truthy and return it; TimeoutError naming ``what`` otherwise."""
+def wait_until(
+    predicate: Callable[[], T],
+    timeout_s: float,
+    what: str,
+    poll_s: float = 0.05,
+    ignoring: tuple[type[Exception], ...] = (),
+) -> T:
+    """Poll until ``predicate()`` is truthy and return it; TimeoutError naming ``what`` otherwise.
+
+    Exceptions listed in ``ignoring`` count as "not yet" (an endpoint that is still starting).
+    """
     deadline = time.monotonic() + timeout_s
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except ignoring:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:

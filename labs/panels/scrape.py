@@ -5,7 +5,8 @@
 billing worker's series out of it. Series are looked up by a short list of accepted names
 (:data:`SERIES`), so a worker that spells them ``billing_stream_age_seconds`` or the older
 ``billing_stream_age_s`` both work, and the processing lag may be a gauge (the last message's
-lag) or a histogram (``_sum`` / ``_count``: a mean over any interval between two scrapes).
+lag) or a histogram (``_sum`` / ``_count``: a mean over any interval between two scrapes),
+or both (``billing_processing_lag_seconds`` beside ``billing_last_processing_lag_seconds``).
 Values of one series with several label sets (several workers behind one endpoint) are summed.
 """
 
@@ -30,6 +31,7 @@ SERIES: dict[str, tuple[str, ...]] = {
     "stream_age_s": ("billing_stream_age_seconds", "billing_stream_age_s"),
 }
 PROCESSING_LAG = ("billing_processing_lag_seconds", "billing_processing_lag_s")
+LAST_PROCESSING_LAG = ("billing_last_processing_lag_seconds",)
 
 
 class ScrapeError(RuntimeError):
@@ -85,8 +87,10 @@ class WorkerNumbers:
 
     def lag_since(self, before: WorkerNumbers | None) -> float | None:
         """Mean processing lag of the messages handled since ``before`` (histogram), else the gauge."""
-        if before is None or self.lag_sum_s is None or before.lag_sum_s is None:
-            return self.lag_last_s if self.lag_sum_s is None else self.lag_mean_s
+        if self.lag_sum_s is None:
+            return self.lag_last_s
+        if before is None or before.lag_sum_s is None:
+            return self.lag_mean_s
         count = (self.lag_count or 0) - (before.lag_count or 0)
         return (self.lag_sum_s - before.lag_sum_s) / count if count > 0 else None
 
@@ -98,10 +102,13 @@ def _first(flat: dict[str, float], names: tuple[str, ...]) -> float | None:
 def worker_numbers(flat: dict[str, float]) -> WorkerNumbers:
     """Pick the billing series out of a flattened scrape."""
     values = {key: _first(flat, names) for key, names in SERIES.items()}
+    last = _first(flat, LAST_PROCESSING_LAG)
     lag_name = next((n for n in PROCESSING_LAG if n in flat or f"{n}_count" in flat), None)
     if lag_name is not None and f"{lag_name}_count" in flat:
-        return WorkerNumbers(**values, lag_sum_s=flat.get(f"{lag_name}_sum"), lag_count=flat[f"{lag_name}_count"])
-    return WorkerNumbers(**values, lag_last_s=flat.get(lag_name) if lag_name else None)
+        return WorkerNumbers(
+            **values, lag_last_s=last, lag_sum_s=flat.get(f"{lag_name}_sum"), lag_count=flat[f"{lag_name}_count"]
+        )
+    return WorkerNumbers(**values, lag_last_s=flat.get(lag_name) if lag_name else last)
 
 
 def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> WorkerNumbers:
