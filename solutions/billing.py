@@ -9,36 +9,45 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from solutions.cli import HelpFormatter, Parser, address, redis_url
 from solutions.settings import DEDUPE_STRATEGIES, DEFAULT_REDIS_URL, Settings, default_consumer, env_default
-from solutions.settings import parse_address as _parse_address
 from solutions.worker import Worker
 
 log = logging.getLogger("solutions.billing")
 
-
-def _address(text: str) -> tuple[str, int]:
-    try:
-        return _parse_address(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+DEFAULT_LEDGER = Path(".run/ledger.sqlite3")
 
 
-def _flag(parser: argparse._ActionsContainer, name: str, default: object, help_text: str, **kw: object) -> None:
-    kind = kw.pop("type", type(default) if default is not None else str)
-    value = env_default(name, "" if default is None else str(default))
-    parsed = None if value == "" and default is None else kind(value)  # type: ignore[operator]
-    parser.add_argument(f"--{name}", default=parsed, help=help_text, type=kind, **kw)  # type: ignore[arg-type]
+def ledger_path(text: str) -> Path:
+    """argparse type: a ledger file in a directory that exists (the default's ``.run/`` is created)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file path such as {path / 'ledger.sqlite3'}")
+    if path != DEFAULT_LEDGER and not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"directory {path.parent} does not exist (create it, or pick another path)")
+    return path
+
+
+def _flag(parser: argparse._ActionsContainer, name: str, default: object, help_text: str, **kw: Any) -> None:
+    """``--name`` with ``BILLING_<NAME>`` as its default; argparse converts (and checks) a string default too."""
+    kind: Callable[[str], object] = kw.pop("type", type(default) if default is not None else str)
+    env = env_default(name, "")
+    parser.add_argument(f"--{name}", default=env or default, help=help_text, type=kind, **kw)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="billing-worker",
         description="Consume order events from a Redis stream and charge them into a SQLite ledger, "
-        "at least once from Redis and (with --dedupe sqlite) exactly once in effect.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "at least once from Redis and (with --dedupe sqlite) exactly once in effect. Every flag can also "
+        "come from the environment as BILLING_<FLAG> (BILLING_DEDUPE=redis).",
+        formatter_class=HelpFormatter,
     )
     _connection_flags(p.add_argument_group("connection"))
     _reading_flags(p)
@@ -48,11 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _connection_flags(g: argparse._ActionsContainer) -> None:
-    _flag(g, "redis-url", DEFAULT_REDIS_URL, "plain Redis to connect to (ignored with --sentinel)")
+    _flag(g, "redis-url", DEFAULT_REDIS_URL, "plain Redis to connect to (ignored with --sentinel)", type=redis_url)
     g.add_argument(
         "--sentinel",
         action="append",
-        type=_address,
+        type=address,
         metavar="HOST:PORT",
         default=None,
         help="connect through this Sentinel instead (repeat for each sentinel)",
@@ -97,7 +106,7 @@ def _delivery_flags(p: argparse.ArgumentParser) -> None:
         "XACK; sqlite: charge and applied_events row in one transaction (exactly once)",
         choices=DEDUPE_STRATEGIES,
     )
-    _flag(g, "ledger", ".run/ledger.sqlite3", "SQLite file of charges (WAL)", type=Path)
+    _flag(g, "ledger", str(DEFAULT_LEDGER), "SQLite file of charges (WAL); its directory must exist", type=ledger_path)
     _flag(g, "dedupe-ttl-s", 7 * 24 * 3600, "TTL of Redis dedupe markers; keep it >= the stream's retention")
 
 
@@ -109,7 +118,8 @@ def _work_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("shutdown and observability")
     _flag(g, "drain-timeout-s", 30.0, "on SIGINT/SIGTERM, how long in-flight handlers may finish")
     _flag(g, "metrics-interval-s", 10.0, "log the counters and gauges this often")
-    _flag(g, "metrics-port", None, "serve Prometheus /metrics on this port (None: off)", type=int)
+    _flag(g, "metrics-port", None, "serve Prometheus /metrics on this port (default: off)", type=int)
+    _flag(g, "metrics-host", "127.0.0.1", "address the /metrics endpoint binds to (0.0.0.0: every interface)")
     _flag(g, "log-level", "INFO", "DEBUG, INFO, WARNING ...")
 
 
@@ -137,6 +147,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         drain_timeout_s=args.drain_timeout_s,
         metrics_interval_s=args.metrics_interval_s,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         dedupe_ttl_s=args.dedupe_ttl_s,
     )
 
@@ -152,16 +163,21 @@ def configure_logging(level: str, consumer: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the worker; bad flags exit 2 and a worker that cannot start exits 1, each with one line."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         settings = settings_from_args(args)
     except ValueError as exc:
-        build_parser().error(str(exc))
+        parser.error(str(exc))
     configure_logging(args.log_level, settings.consumer)
     try:
         asyncio.run(Worker(settings).run(handle_signals=True))
     except KeyboardInterrupt:  # a signal before the handlers were installed: nothing was in flight
         log.info("drain complete: interrupted before the worker started")
+    except (OSError, sqlite3.Error) as exc:  # the ledger cannot be opened, a port is taken ...
+        log.error("cannot run: %s: %s", type(exc).__name__, exc)
+        return 1
     return 0
 
 

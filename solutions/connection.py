@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -153,3 +155,49 @@ class Backoff:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay)
+
+
+def describe(exc: BaseException) -> str:
+    """``ConnectionError: Error 111 connecting to ...``: the class and the reason, on one line.
+
+    redis-py 8's ``repr`` of its errors is only ``network:ConnectionError``, which hides the reason.
+    """
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Streak:
+    """Logs a run of failures as one line, a reminder every ``every_s``, and one line on recovery.
+
+    A Redis that is down at start (or for a while) then reads as a few clear lines instead of
+    a warning per retry.
+    """
+
+    def __init__(self, logger: logging.Logger, what: str, *, every_s: float = 30.0) -> None:
+        self.log = logger
+        self.what = what
+        self.every_s = every_s
+        self.failures = 0
+        self.first_at = 0.0
+        self.logged_at = 0.0
+
+    def failed(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        self.failures += 1
+        if self.failures == 1:
+            self.first_at = self.logged_at = now
+            self.log.warning("%s failed, retrying with backoff: %s", self.what, describe(exc))
+        elif now - self.logged_at >= self.every_s:
+            self.logged_at = now
+            self.log.warning(
+                "%s still failing (%s attempts in %.0fs): %s", self.what, self.failures, now - self.first_at,
+                describe(exc),
+            )
+
+    def recovered(self) -> None:
+        if self.failures:
+            self.log.info(
+                "%s works again after %s failed attempts in %.1fs",
+                self.what, self.failures, time.monotonic() - self.first_at,
+            )
+            self.failures = 0

@@ -1,16 +1,39 @@
-"""The worker's numbers: counters and gauges, logged every N seconds and served to Prometheus.
-
-Counters: processed, errors, reclaimed, dead-lettered, dedupe-skipped (plus acked and the
-deleted ids the rescuer found). Gauges: the group's pending and lag (``XINFO GROUPS``), the
-stream's length (``XLEN``) and age (the first entry's id against now), and the processing
-lag (now against the timestamp in the id of the last processed message).
+"""The worker's numbers: counters, gauges and a lag histogram, logged every N seconds and served to Prometheus.
 
 Each :class:`Metrics` has a registry of its own, so several workers can live in one process
-(a notebook) without clashing.
+(a notebook) without clashing. The endpoint (``--metrics-port``) binds to 127.0.0.1 unless
+``--metrics-host`` says otherwise. Every series carries the labels ``stream``, ``group`` and
+``consumer``. The names, as Prometheus shows them:
+
+=========================================  =========  ==================================================================
+name                                       type       what
+=========================================  =========  ==================================================================
+``billing_processed_total``                counter    messages handled to the end (charged, or skipped as duplicates)
+``billing_acked_total``                    counter    messages acknowledged with XACK after their work
+``billing_errors_total``                   counter    processing attempts that failed (left pending for a retry)
+``billing_reclaimed_total``                counter    pending messages taken over from other consumers (XAUTOCLAIM)
+``billing_dead_lettered_total``            counter    messages moved to ``<stream>:dlq``
+``billing_dedupe_skipped_total``           counter    deliveries recognised as already done and not charged again
+``billing_deleted_total``                  counter    pending entries found deleted from the stream and acked
+``billing_pending``                        gauge      entries delivered to the group and not yet acked (XINFO GROUPS)
+``billing_group_lag``                      gauge      entries not yet delivered to the group (XINFO GROUPS)
+``billing_stream_length``                  gauge      entries in the stream (XLEN)
+``billing_stream_age_seconds``             gauge      age of the oldest entry in the stream
+``billing_processing_lag_seconds``         histogram  XADD (the id's timestamp) to processed; buckets 1 ms ... 60 s
+``billing_last_processing_lag_seconds``    gauge      the same lag, for the last processed message
+=========================================  =========  ==================================================================
+
+The histogram comes as ``_bucket{le=...}``, ``_sum`` and ``_count`` series (p99 with
+``histogram_quantile(0.99, rate(billing_processing_lag_seconds_bucket[1m]))``).
+The four sampled gauges (pending, group lag, stream length and age) come from a Redis query
+every ``--metrics-interval-s``; they are not exported before the first sample, so a scrape
+never shows a stream of 200 entries as ``0``. The log line (:meth:`Snapshot.line`) keeps the
+short field names (``stream_age_s``, ``processing_lag_s``).
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Iterator
@@ -18,13 +41,32 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
 COUNTERS = ("processed", "errors", "reclaimed", "dead_lettered", "dedupe_skipped", "acked", "deleted")
 GAUGES = ("pending", "group_lag", "stream_length", "stream_age_s", "processing_lag_s")
+LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+DEFAULT_HOST = "127.0.0.1"
+
+HELP = {
+    "processed": "Messages handled to the end (charged, or skipped as duplicates).",
+    "acked": "Messages acknowledged with XACK after their work was done.",
+    "errors": "Processing attempts that failed; the message stays pending for a retry.",
+    "reclaimed": "Pending messages taken over from other consumers with XAUTOCLAIM.",
+    "dead_lettered": "Messages moved to the dead-letter stream <stream>:dlq.",
+    "dedupe_skipped": "Deliveries recognised as already done and not charged again.",
+    "deleted": "Pending entries found deleted from the stream and acknowledged.",
+    "pending": "Entries delivered to the consumer group and not yet acknowledged (XINFO GROUPS).",
+    "group_lag": "Entries in the stream not yet delivered to the consumer group (XINFO GROUPS).",
+    "stream_length": "Entries in the stream (XLEN).",
+    "stream_age_s": "Age in seconds of the oldest entry in the stream.",
+    "processing_lag_s": "Seconds from XADD (the message id's timestamp) to the end of processing.",
+    "last_processing_lag_s": "Seconds from XADD to the end of processing, for the last processed message.",
+}
+EXPORTED = {"stream_age_s": "stream_age_seconds"}  # Prometheus spells units out
 
 
 @dataclass
@@ -58,15 +100,44 @@ def _short(value: float) -> str:
     return f"{value:.3f}"
 
 
-class Metrics:
-    """Counters and gauges for one worker (labels: stream, group, consumer).
+class LagHistogram:
+    """Cumulative-bucket histogram of the processing lag; one ``bisect`` and two additions per observation."""
 
-    The hot path only adds to plain integers; Prometheus reads them when it scrapes,
-    through a collector, so counting costs nothing per message beyond an addition.
+    def __init__(self, bounds_s: tuple[float, ...] = LAG_BUCKETS_S) -> None:
+        self.bounds_s = bounds_s
+        self.counts = [0] * (len(bounds_s) + 1)  # the last one is +Inf
+        self.sum_s = 0.0
+        self.count = 0
+
+    def observe(self, lag_s: float, n: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.bounds_s, lag_s)] += n
+        self.sum_s += lag_s * n
+        self.count += n
+
+    def buckets(self) -> list[tuple[str, float]]:
+        """``(le, cumulative count)`` pairs, ``+Inf`` last, as Prometheus wants them."""
+        out, total = [], 0
+        for bound, count in zip([*map(str, self.bounds_s), "+Inf"], self.counts, strict=True):
+            total += count
+            out.append((bound, float(total)))
+        return out
+
+
+def _lag_s(msg_id: str) -> float:
+    return max(0.0, time.time() - int(msg_id.split("-", 1)[0]) / 1000)
+
+
+class Metrics:
+    """Counters, gauges and the lag histogram of one worker (labels: stream, group, consumer).
+
+    The hot path only adds to plain numbers; Prometheus reads them when it scrapes, through
+    a collector, so counting costs nothing per message beyond a few additions.
     """
 
     def __init__(self, *, stream: str, group: str, consumer: str) -> None:
         self.values = Snapshot()
+        self.lag = LagHistogram()
+        self.sampled: set[str] = set()
         self.labels = {"stream": stream, "group": group, "consumer": consumer}
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Collector(self))
@@ -76,47 +147,55 @@ class Metrics:
         setattr(self.values, name, getattr(self.values, name) + amount)
 
     def set(self, name: str, value: float) -> None:
-        """Set one of :data:`GAUGES`."""
+        """Set one of :data:`GAUGES` (from then on it is exported)."""
         setattr(self.values, name, float(value))
+        self.sampled.add(name)
 
     def observe_processed(self, msg_id: str) -> None:
         """Count a processed message and its processing lag (now minus the id's timestamp)."""
-        values = self.values
-        values.processed += 1
-        values.processing_lag_s = max(0.0, time.time() - int(msg_id.split("-", 1)[0]) / 1000)
+        self.observe_batch(1, msg_id)
 
     def observe_batch(self, n: int, last_msg_id: str) -> None:
-        """:meth:`observe_processed` for ``n`` messages at once; the lag is the last one's."""
-        values = self.values
-        values.processed += n
-        values.processing_lag_s = max(0.0, time.time() - int(last_msg_id.split("-", 1)[0]) / 1000)
+        """:meth:`observe_processed` for ``n`` messages at once, each at the last one's lag."""
+        lag_s = _lag_s(last_msg_id)
+        self.values.processed += n
+        self.values.processing_lag_s = lag_s
+        self.lag.observe(lag_s, n)
 
     def snapshot(self) -> Snapshot:
         return Snapshot(**self.values.as_dict())
 
-    def serve(self, port: int) -> None:
-        """Serve ``/metrics`` for Prometheus on ``port``."""
-        start_http_server(port, registry=self.registry)
-        log.info("prometheus metrics on http://0.0.0.0:%s/metrics", port)
+    def serve(self, port: int, host: str = DEFAULT_HOST) -> None:
+        """Serve ``/metrics`` for Prometheus on ``host:port`` (loopback unless told otherwise)."""
+        start_http_server(port, addr=host, registry=self.registry)
+        log.info("prometheus metrics on http://%s:%s/metrics", host, port)
 
 
 class _Collector(Collector):
-    """Exposes a :class:`Metrics` as ``billing_<counter>_total`` and ``billing_<gauge>``."""
+    """Exposes a :class:`Metrics` under the names of the module's table."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
-        names, values = list(self.metrics.labels), list(self.metrics.labels.values())
-        snapshot = self.metrics.values
+        m = self.metrics
+        names, values = list(m.labels), list(m.labels.values())
         for name in COUNTERS:
-            counter = CounterMetricFamily(f"billing_{name}", f"messages {name.replace('_', ' ')}", labels=names)
-            counter.add_metric(values, getattr(snapshot, name))
+            counter = CounterMetricFamily(f"billing_{name}", HELP[name], labels=names)
+            counter.add_metric(values, getattr(m.values, name))
             yield counter
-        for name in GAUGES:
-            gauge = GaugeMetricFamily(f"billing_{name}", name.replace("_", " "), labels=names)
-            gauge.add_metric(values, getattr(snapshot, name))
-            yield gauge
+        for name in GAUGES[:-1]:
+            if name in m.sampled:
+                gauge = GaugeMetricFamily(f"billing_{EXPORTED.get(name, name)}", HELP[name], labels=names)
+                gauge.add_metric(values, getattr(m.values, name))
+                yield gauge
+        histogram = HistogramMetricFamily("billing_processing_lag_seconds", HELP["processing_lag_s"], labels=names)
+        histogram.add_metric(values, buckets=m.lag.buckets(), sum_value=m.lag.sum_s)
+        yield histogram
+        if m.lag.count:
+            last = GaugeMetricFamily("billing_last_processing_lag_seconds", HELP["last_processing_lag_s"], labels=names)
+            last.add_metric(values, m.values.processing_lag_s)
+            yield last
 
 
 def group_numbers(groups: list[dict[Any, Any]], group: str) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from solutions.connection import Backoff, Client, classify, is_busygroup
+from solutions.connection import Backoff, Client, Streak, classify, describe, is_busygroup
 from solutions.messages import Delivery
 from solutions.settings import Settings
 
@@ -73,6 +73,7 @@ class Reader:
         self.dispatch = dispatch
         self.has_room = has_room
         self.backoff = Backoff()
+        self.streak = Streak(log, f"XREADGROUP on {settings.stream}")
         self.cursor = OWN_PENDING
         self.reads = 0
         self.errors = 0
@@ -91,6 +92,7 @@ class Reader:
                 await self._recover(exc, stop)
             else:
                 self.backoff.reset()
+                self.streak.recovered()
 
     async def read_once(self) -> None:
         """One ``XREADGROUP`` (own pending, or ``>`` with ``BLOCK``) and the dispatch of its entries."""
@@ -126,10 +128,10 @@ class Reader:
             try:
                 await ensure_group(self.client, self.settings.stream, self.settings.group)
             except Exception as create_exc:
-                log.warning("could not recreate the group yet: %r", create_exc)
+                log.warning("could not recreate the group yet: %s", describe(create_exc))
         elif kind == "recoverable":
-            log.warning("read failed (%s), backing off: %r", kind, exc)
+            self.streak.failed(exc)
         else:
-            log.error("read failed with an unexpected error, backing off: %r", exc)
+            log.error("read failed with an unexpected error, backing off: %s", describe(exc))
         self.cursor = OWN_PENDING
         await self.backoff.sleep(stop)

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from solutions.connection import Backoff, Client
+from solutions.connection import Backoff, Client, Streak
 from solutions.messages import Delivery
 from solutions.metrics import Metrics
 from solutions.reader import decode_id, delivery_counts
@@ -67,6 +67,7 @@ class Rescuer:
         self._release = client.register_script(RELEASE_LEASE_LUA)
         self.holding = False
         self.backoff = Backoff(base_s=0.2, cap_s=5.0)
+        self.streak = Streak(log, "rescuer round")
 
     async def run(self, stop: asyncio.Event) -> None:
         """Every ``claim_interval_ms`` until ``stop``: take or renew the lease, then claim."""
@@ -76,10 +77,11 @@ class Rescuer:
                 if await self.take_lease():
                     await self.claim_round(stop)
                 self.backoff.reset()
+                self.streak.recovered()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("rescuer round failed: %r", exc)
+                self.streak.failed(exc)
                 await self.backoff.sleep(stop)
                 continue
             with contextlib.suppress(TimeoutError):

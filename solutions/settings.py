@@ -62,6 +62,7 @@ class Settings:
     drain_timeout_s: float = 30.0
     metrics_interval_s: float = 10.0
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     dedupe_ttl_s: int = 7 * 24 * 3600
     rescuer: bool = True
 

@@ -145,7 +145,7 @@ class Worker:
         with contextlib.suppress(Exception):  # Redis may be down: the reader recovers later
             await ensure_group(client, s.stream, s.group)
         if s.metrics_port is not None:
-            self.metrics.serve(s.metrics_port)
+            self.metrics.serve(s.metrics_port, s.metrics_host)
         log.info(
             "worker %s reading %s as group %s (dedupe %s, parallelism %s, count %s)",
             s.consumer,

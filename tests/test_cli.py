@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from billing_support import ROOT
+from billing_support import ROOT, reaped, spawn, stop_process, wait_until
 
+from labs.launcher.ports import free_port
 from solutions.billing import build_parser, settings_from_args
 from solutions.settings import Settings
 
@@ -32,6 +36,7 @@ CONTRACT = {
     "drain_timeout_s": 30,
     "metrics_interval_s": 10,
     "metrics_port": None,
+    "metrics_host": "127.0.0.1",
 }
 
 
@@ -80,10 +85,61 @@ def test_help_explains_every_flag_with_its_default() -> None:
                  "--fail-every", "--drain-timeout-s", "--metrics-interval-s", "--metrics-port"):
         assert flag in text, flag
     assert "default: redis://127.0.0.1:6390/0" in text and "default: sqlite" in text
+    assert "(default: None)" not in text
+    assert not re.search(r"\(default: [^)]*\) \(default:", text), "a default printed twice"
+    assert "(default: off)" in text and "--metrics-host" in text and "default: 127.0.0.1" in text
 
 
-def test_bad_flag_value_exits_with_a_usage_error() -> None:
-    done = subprocess.run([sys.executable, "-m", "solutions.billing", "--count", "0"], cwd=ROOT,
-                          capture_output=True, timeout=30)
+def worker_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``billing-worker`` as a user runs it (the console script of the venv)."""
+    return subprocess.run([str(ROOT / ".venv/bin/billing-worker"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=30, env={**os.environ, **(env or {})})
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["--count", "0"], {}, "count must be > 0"),
+        (["--redis-url", "notaurl"], {}, "argument --redis-url: 'notaurl' is not a Redis URL"),
+        (["--redis-url", "redis://host:port/0"], {}, "is not a Redis URL"),
+        (["--ledger", "/no/such/dir/x.db"], {}, "argument --ledger: directory /no/such/dir does not exist"),
+        ([], {"BILLING_COUNT": "many"}, "argument --count: invalid int value: 'many'"),
+        (["--sentinel", "nohost"], {}, "expected HOST:PORT"),
+    ],
+    ids=["count-0", "not-a-url", "bad-port", "no-ledger-dir", "bad-env", "bad-sentinel"],
+)
+def test_bad_input_gets_one_line_and_exit_2(args: list[str], env: dict[str, str], says: str) -> None:
+    done = worker_cli(*args, env=env)
     assert done.returncode == 2
-    assert b"count must be > 0" in done.stderr
+    line = one_line_error(done)
+    assert line.startswith("billing-worker: error: ") and says in line, line
+    assert not Path("/no/such").exists()
+
+
+def test_a_ledger_that_cannot_be_opened_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    (locked / "x.db").mkdir()  # a directory where the database file should be
+    done = worker_cli("--ledger", str(locked / "x.db"), "--redis-url", "redis://127.0.0.1:1/0")
+    assert done.returncode == 2 and "is a directory" in one_line_error(done)
+
+
+@pytest.mark.timeout(60)
+def test_dead_redis_at_start_is_one_clear_line_then_quiet_backoff(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    proc = spawn("solutions.billing", "--redis-url", f"redis://127.0.0.1:{free_port()}/0", "--ledger",
+                 str(tmp_path / "l.db"), "--block-ms", "200", "--claim-interval-ms", "200", log_path=log)
+    with reaped(proc):
+        wait_until(lambda: "XREADGROUP on orders failed, retrying with backoff: ConnectionError" in log.read_text(),
+                   15, "the reader's first failure")
+        time.sleep(3)  # a hot loop (or a warning per retry) would log dozens of lines meanwhile
+        assert stop_process(proc) == 0
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert len([ln for ln in text.splitlines() if "WARNING" in ln]) <= 4, text

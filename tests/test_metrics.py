@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import time
 import urllib.request
 from pathlib import Path
 
@@ -37,8 +39,13 @@ def test_prometheus_endpoint_and_log_line(
     assert line.endswith(" 5.0")
     for name in ("billing_errors_total", "billing_reclaimed_total", "billing_dead_lettered_total",
                  "billing_dedupe_skipped_total", "billing_pending{", "billing_group_lag{",
-                 "billing_stream_length{", "billing_stream_age_s{", "billing_processing_lag_s{"):
+                 "billing_stream_length{", "billing_stream_age_seconds{", "billing_last_processing_lag_seconds{",
+                 'billing_processing_lag_seconds_bucket{consumer="', "billing_processing_lag_seconds_count{"):
         assert name in body, name
+    assert "_s{" not in body  # units spelled out: _seconds
+    assert "# HELP billing_errors_total Processing attempts that failed" in body
+    count = next(ln for ln in body.splitlines() if ln.startswith("billing_processing_lag_seconds_count{"))
+    assert count.endswith(" 5.0")
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("metrics ")]
     assert logged and "processed=5" in logged[-1] and "stream_length=5" in logged[-1]
 
@@ -53,3 +60,54 @@ def test_helpers() -> None:
     m2 = Metrics(stream="s", group="g", consumer="b")  # two workers in one process do not clash
     m1.inc("processed", 2)
     assert (m1.snapshot().processed, m2.snapshot().processed) == (2, 0)
+
+
+def scrape(metrics: Metrics) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(metrics.registry).decode()
+
+
+def test_sampled_gauges_are_not_exported_before_the_first_sample() -> None:
+    m = Metrics(stream="s", group="g", consumer="c")
+    body = scrape(m)
+    assert "billing_stream_length{" not in body and "billing_pending{" not in body
+    assert "billing_last_processing_lag_seconds{" not in body  # nothing processed yet
+    assert "billing_processed_total{" in body  # a counter at 0 is true from the start
+    m.set("stream_length", 200)
+    assert 'billing_stream_length{consumer="c",group="g",stream="s"} 200.0' in scrape(m)
+
+
+def test_processing_lag_histogram_buckets() -> None:
+    m = Metrics(stream="s", group="g", consumer="c")
+    now_ms = int(time.time() * 1000)
+    m.observe_batch(3, f"{now_ms - 2000}-0")  # about 2 s old: in the 2.5 s bucket, not in the 1 s one
+    m.observe_processed(f"{now_ms + 10_000}-0")  # an id from the future (clock skew) counts as 0
+    body = scrape(m)
+    bucket = {ln.split('le="')[1].split('"')[0]: float(ln.rsplit(" ", 1)[1])
+              for ln in body.splitlines() if ln.startswith("billing_processing_lag_seconds_bucket{")}
+    assert bucket["0.001"] == 1 and bucket["1.0"] == 1 and bucket["2.5"] == 4 and bucket["+Inf"] == 4
+    assert m.snapshot().processed == 4
+
+
+def test_endpoint_binds_to_loopback_by_default() -> None:
+    m = Metrics(stream="s", group="g", consumer="c")
+    port = free_port()
+    m.serve(port)
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    outside = _non_loopback_address()
+    if outside is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to try")
+    with pytest.raises(OSError):
+        socket.create_connection((outside, port), timeout=2).close()
+
+
+def _non_loopback_address() -> str | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: no packet is sent for a UDP connect
+            address = str(probe.getsockname()[0])
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address

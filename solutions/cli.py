@@ -1,0 +1,59 @@
+"""Command-line plumbing shared by ``billing-worker`` and ``billing-producer``.
+
+- :class:`Parser`: a bad flag is one line, ``prog: error: <reason> (see prog --help)``, exit 2
+  (argparse's default prints the whole usage first, a dozen lines for the worker).
+- :class:`HelpFormatter`: ``(default: X)`` after a flag's help, once, and only when there is a
+  default worth printing (never ``(default: None)``, never twice).
+- argparse types that turn bad input into that one line: :func:`redis_url`, :func:`address`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+from solutions.settings import Address, parse_address
+
+URL_SCHEMES = ("redis", "rediss", "unix")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends ``(default: X)`` unless the help already speaks of its default or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or not action.option_strings or default in (None, False, argparse.SUPPRESS):
+            return text
+        if default == "":
+            return text + " (default: '')"
+        return text + " (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line and exit 2 (give it ``formatter_class=HelpFormatter``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def redis_url(text: str) -> str:
+    """argparse type: a URL that redis-py accepts (``redis://``, ``rediss://``, ``unix://``)."""
+    try:
+        parts = urlsplit(text)
+        _ = parts.port  # raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Redis URL ({exc})") from None
+    if parts.scheme not in URL_SCHEMES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Redis URL (expected redis://HOST:PORT/DB, "
+                                         "rediss://... or unix:///path)")
+    return text
+
+
+def address(text: str) -> Address:
+    """argparse type: ``HOST:PORT``."""
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
