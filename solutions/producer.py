@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from solutions.connection import Backoff, Client, connect
-from solutions.settings import DEFAULT_REDIS_URL, env_default, parse_address
+from solutions.cli import HelpFormatter, Parser, address, redis_url
+from solutions.connection import Backoff, Client, Streak, connect
+from solutions.failover_watch import FailoverWatch
+from solutions.settings import DEFAULT_REDIS_URL, SOCKET_MARGIN_S, env_default
 
 log = logging.getLogger("solutions.producer")
 
@@ -58,6 +60,7 @@ class Producer:
         self.out = out
         self.tally = Tally()
         self.backoff = Backoff(base_s=0.05, cap_s=1.0)
+        self.streak = Streak(log, "XADD")
 
     async def send(self, event: dict[str, str]) -> None:
         """``XADD stream [MAXLEN ~ n] * fields`` then, if asked, ``WAIT n timeout``: one pipeline."""
@@ -75,8 +78,9 @@ class Producer:
             msg_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
             replicas = int(replies[1]) if a.wait_replicas else None
             self.backoff.reset()
-        except Exception as exc:
-            log.warning("send of %s failed, outcome unknown: %r", event["event_id"], exc)
+            self.streak.recovered()
+        except Exception as exc:  # each send's outcome is in --log; stderr gets one line per streak
+            self.streak.failed(exc)
             await self.backoff.sleep()
         ok = msg_id is not None and (not a.wait_replicas or (replicas or 0) >= a.wait_replicas)
         if ok:
@@ -118,16 +122,18 @@ class Producer:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="billing-producer",
-        description="Write order.paid events to a Redis stream at a steady rate.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Write order.paid events to a Redis stream at a steady rate. Exits 1 when none of "
+        "its sends was confirmed.",
+        formatter_class=HelpFormatter,
     )
-    p.add_argument("--redis-url", default=env_default("redis-url", DEFAULT_REDIS_URL), help="plain Redis")
+    p.add_argument("--redis-url", default=env_default("redis-url", DEFAULT_REDIS_URL), type=redis_url,
+                   help="plain Redis")
     p.add_argument(
         "--sentinel",
         action="append",
-        type=parse_address,
+        type=address,
         metavar="HOST:PORT",
         help="connect through this Sentinel instead (repeatable)",
     )
@@ -145,16 +151,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _amain(args: argparse.Namespace) -> Tally:
-    client = connect(redis_url=args.redis_url, sentinels=tuple(args.sentinel or ()), master_name=args.master_name)
+    sentinels = tuple(args.sentinel or ())
+    wait_s = args.wait_timeout_ms / 1000 if args.wait_replicas else 0.0
+    client = connect(redis_url=args.redis_url, sentinels=sentinels, master_name=args.master_name,
+                     socket_timeout_s=wait_s + SOCKET_MARGIN_S)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     out = args.log.open("a", encoding="utf-8") if args.log else None
+    watch = asyncio.create_task(FailoverWatch(client, sentinels, args.master_name).run(), name="failover-watch")
     try:
+        with suppress(Exception):  # connect before the schedule starts; a Redis that is down shows in the sends
+            await client.ping()
         tally = await Producer(client, args, out).run(stop)
     finally:
+        watch.cancel()
+        with suppress(asyncio.CancelledError):
+            await watch
         if out is not None:
             out.close()
         await client.aclose()
@@ -173,8 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.log:
         args.log.parent.mkdir(parents=True, exist_ok=True)
-    with suppress(KeyboardInterrupt):  # a signal before the handlers were installed
-        asyncio.run(_amain(args))
+    try:
+        tally = asyncio.run(_amain(args))
+    except KeyboardInterrupt:  # a signal before the handlers were installed: nothing was sent
+        return 0
+    if tally.attempted and not tally.confirmed:
+        log.error("none of the %s sends was confirmed (see the warnings above, or --log)", tally.attempted)
+        return 1
     return 0
 
 
