@@ -10,7 +10,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 import labs.panels.dashboard_figure as dashboard_figure
 from labs.launcher.ports import free_port
-from labs.panels.dashboard import DashboardSample, MetricsDashboard, verdict_of
+from labs.panels.dashboard import (
+    FALLING_BEHIND,
+    IDLE,
+    KEEPING_UP,
+    NOT_ANSWERING,
+    WITH_ERRORS,
+    DashboardSample,
+    MetricsDashboard,
+    verdict_of,
+)
 from labs.panels.scrape import WorkerNumbers
 
 pytestmark = pytest.mark.timeout(30)
@@ -66,13 +75,13 @@ def test_samples_worker_and_redis_numbers_then_stops(
         assert board.wait_for(lambda ss: ss and ss[-1].worker and ss[-1].worker.processed == 7)
         endpoint.processed.inc(10)
         assert board.wait_for(lambda ss: ss[-1].worker.processed == 17)
-        assert "running" in board.figure.status.value
-    assert not board.running and board.stop_reason == "stopped by stop()"
+        assert "идёт" in board.figure.status.value
+    assert not board.running and board.stop_reason == "stop()"
     last = board.samples[-1]
     assert last.worker is not None and last.redis is not None
     assert (last.worker.pending, last.redis.pending_total, last.redis.lag, last.redis.length) == (2, 2, 4, 6)
     assert any(s.processed_per_s for s in board.samples)  # a rate from two scrapes
-    assert "stopped" in board.figure.status.value and "processed 17" in board.figure.status.value
+    assert "остановлен: вызван stop()" in board.figure.status.value and "processed 17" in board.figure.status.value
     assert capsys.readouterr() == ("", "")  # the thread never prints
 
 
@@ -82,10 +91,10 @@ def test_stops_by_itself_and_redraws_the_whole_history(endpoint: Endpoint, monke
     assert board.wait_for(lambda ss: len(ss) >= 5)
     assert len(board.figure.trace("processed").x) <= 3  # live: only the last few points
     board._thread.join(5)  # type: ignore[union-attr]
-    assert not board.running and board.stop_reason == "time limit of 0.6 s reached"
+    assert not board.running and board.stop_reason == "max_duration_s=0.6"
     samples = board.samples
     assert list(board.figure.trace("processed").x) == [s.t_s for s in samples]  # at the end: all of them
-    assert "time limit" in board.figure.status.value
+    assert "прошло 0.6 с" in board.figure.status.value
     board.stop()  # idempotent after a self-stop
 
 
@@ -94,8 +103,8 @@ def test_an_unreachable_worker_is_shown_not_fatal() -> None:
     with MetricsDashboard(url, refresh_s=0.05, max_duration_s=10) as board:
         assert board.wait_for(lambda ss: len(ss) >= 2)
         assert board.running
-        assert "not answering" in board.figure.status.value
-    assert all(s.worker is None and "not answering" in s.problem for s in board.samples)
+        assert "не отвечает" in board.figure.status.value
+    assert all(s.worker is None and "не отвечает" in s.problem for s in board.samples)
     assert board.problems >= 2
 
 
@@ -103,12 +112,17 @@ def test_verdicts_and_axis_titles() -> None:
     def at(t: float, lag: float, errors_per_s: float = 0.0, pending: float = 1) -> DashboardSample:
         return DashboardSample(t, WorkerNumbers(group_lag=lag, pending=pending), None, errors_per_s=errors_per_s)
 
-    assert verdict_of([]) == "worker not answering"
-    assert verdict_of([at(0, 1), at(1, 3), at(2, 9)]).startswith("falling behind")
-    assert verdict_of([at(0, 0), at(1, 0, 2.0)]) == "keeping up, with errors"
-    assert verdict_of([at(0, 0, pending=0)]) == "idle, all caught up"
-    assert verdict_of([at(0, 2), at(1, 1)]) == "keeping up"
-    layout = MetricsDashboard("http://127.0.0.1:1/metrics").figure.figure.layout
+    assert verdict_of([]) == NOT_ANSWERING
+    assert verdict_of([at(0, 1), at(1, 3), at(2, 9)]) == FALLING_BEHIND
+    assert verdict_of([at(0, 0), at(1, 0, 2.0)]) == WITH_ERRORS
+    assert verdict_of([at(0, 0, pending=0)]) == IDLE
+    assert verdict_of([at(0, 2), at(1, 1)]) == KEEPING_UP
+    figure = MetricsDashboard("http://127.0.0.1:1/metrics").figure
+    layout = figure.figure.layout
     assert all(axis.title.text for axis in (layout.xaxis, layout.yaxis, layout.yaxis2, layout.yaxis3, layout.yaxis4))
+    figure.draw([DashboardSample(t, WorkerNumbers(processed=100 * t, pending=0), None) for t in (1.0, 2.0)])
+    assert list(layout.yaxis.range) == [0, pytest.approx(230)]  # from 0, with headroom
+    assert list(layout.yaxis3.range) == [0, 5.0]  # a flat 0 keeps a readable axis
+    assert list(layout.xaxis.range) == [1.0, 2.0]
     with pytest.raises(ValueError, match="positive"):
         MetricsDashboard("http://x", refresh_s=0)

@@ -77,7 +77,7 @@ class MetricsDashboard:
         group: str = "billing",
         refresh_s: float = 0.5,
         max_duration_s: float = 60.0,
-        title: str = "billing-worker · live metrics",
+        title: str = "billing-worker: метрики",
     ) -> None:
         if refresh_s <= 0 or max_duration_s <= 0:
             raise ValueError("refresh_s and max_duration_s must be positive")
@@ -121,7 +121,7 @@ class MetricsDashboard:
         self.problems = 0
         with self._lock:
             self._samples = []
-        self.figure.show_status("starting")
+        self.figure.show_status("запускается")
         self._thread = threading.Thread(target=self._run, name="metrics-dashboard", daemon=True)
         self._thread.start()
         return self
@@ -129,7 +129,7 @@ class MetricsDashboard:
     def stop(self) -> None:
         """Stop after one last sample, redraw the whole history, wait for the thread (idempotent)."""
         if self.stop_reason is None and self.running:
-            self.stop_reason = "stopped by stop()"
+            self.stop_reason = "stop()"
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -176,18 +176,18 @@ class MetricsDashboard:
             while not self._stop.is_set():
                 elapsed_s = time.monotonic() - started
                 if elapsed_s >= self.max_duration_s:
-                    self.stop_reason = f"time limit of {self.max_duration_s:g} s reached"
+                    self.stop_reason = f"max_duration_s={self.max_duration_s:g}"
                     break
                 failures = 0 if self._refresh(client, elapsed_s) else failures + 1
                 pause_s = self.refresh_s if failures == 0 else min(MAX_BACKOFF_S, self.refresh_s * 2**failures)
                 self._stop.wait(min(pause_s, max(0.0, self.max_duration_s - elapsed_s)))
-            if self.stop_reason == "stopped by stop()":
+            if self.stop_reason == "stop()":
                 self._refresh(client, time.monotonic() - started)  # the state at stop(), not a moment before
         finally:
             if client is not None:
                 client.close()
             self._safely(lambda: self.figure.draw(self.samples, all_points=True))
-            final = f"stopped ({self.stop_reason or 'stopped'}) · {self._words()}"
+            final = f"остановлен: {self._stop_words()} · {self._words()}"
             self._safely(lambda: self.figure.show_status(final))
 
     def _refresh(self, client: redis.Redis | None, elapsed_s: float) -> bool:
@@ -197,16 +197,16 @@ class MetricsDashboard:
         try:
             worker = scrape(self.metrics_url)
         except Exception as exc:  # a monitor outlives any error; the status line shows it
-            problems.append(f"worker endpoint not answering ({exc})")
+            problems.append(f"воркер не отвечает на /metrics ({type(exc.__cause__ or exc).__name__})")
         if client is not None:
             try:
                 stats = read_stream_stats(client, self.stream, self.group)
             except Exception as exc:
-                problems.append(f"Redis not answering ({type(exc).__name__})")
+                problems.append(f"Redis не отвечает ({type(exc).__name__})")
         self._add(elapsed_s, worker, stats, "; ".join(problems))
         self.problems += bool(problems)
         self._safely(lambda: self.figure.draw(self.samples))
-        self._safely(lambda: self.figure.show_status(f"running · {self._words()}"))
+        self._safely(lambda: self.figure.show_status(f"идёт: {self._words()}"))
         return not problems
 
     def _add(self, elapsed_s: float, worker: WorkerNumbers | None, stats: StreamStats | None, problem: str) -> None:
@@ -232,38 +232,53 @@ class MetricsDashboard:
         except Exception as exc:
             log.debug("dashboard: widget update failed: %s", exc)
 
+    def _stop_words(self) -> str:
+        if self.stop_reason is not None and self.stop_reason.startswith("max_duration_s"):
+            return f"прошло {self.max_duration_s:g} с (max_duration_s)"
+        return "вызван stop()"
+
     def _words(self) -> str:
         """The state in words for the status line: keeping up, falling behind, failing ..."""
         samples = self.samples
         if not samples:
-            return "no samples yet"
+            return "замеров ещё нет"
         last = samples[-1]
         if last.worker is None:
-            return last.problem or "no numbers from the worker"
+            return last.problem or "от воркера нет чисел"
         w = last.worker
-        verdict = verdict_of(samples)
-        age = "-" if w.stream_age_s is None else f"{w.stream_age_s:.1f} s"
-        lag = "-" if last.processing_lag_s is None else f"{last.processing_lag_s * 1000:.0f} ms"
+        age = "-" if w.stream_age_s is None else f"{w.stream_age_s:.1f} с"
+        lag = "-" if last.processing_lag_s is None else f"{last.processing_lag_s * 1000:.0f} мс"
         return (
-            f"{verdict} · processed {w.processed or 0:.0f} · errors {w.errors or 0:.0f} · "
-            f"reclaimed {w.reclaimed or 0:.0f} · pending {w.pending or 0:.0f} · lag {w.group_lag or 0:.0f} · "
-            f"processing lag {lag} · stream age {age} · t={last.t_s:.1f} s"
+            f"{verdict_of(samples)} · processed {_n(w.processed)} · errors {_n(w.errors)} · "
+            f"reclaimed {_n(w.reclaimed)} · pending {_n(w.pending)} · lag {_n(w.group_lag)} · "
+            f"processing lag {lag} · stream age {age} · t={last.t_s:.1f} с"
             + (f" · {last.problem}" if last.problem else "")
         )
+
+
+def _n(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+FALLING_BEHIND = "отстаёт: lag растёт"
+WITH_ERRORS = "успевает, но есть ошибки"
+IDLE = "всё разобрано, ждёт новых"
+KEEPING_UP = "успевает"
+NOT_ANSWERING = "воркер не отвечает"
 
 
 def verdict_of(samples: list[DashboardSample]) -> str:
     """One phrase for the projector: how the worker is doing over the last few samples."""
     recent = [s for s in samples[-4:] if s.worker is not None]
     if not recent:
-        return "worker not answering"
+        return NOT_ANSWERING
     last = recent[-1].worker
     assert last is not None
     lags = [s.worker.group_lag for s in recent if s.worker and s.worker.group_lag is not None]
     if len(lags) >= 3 and lags[-1] > lags[0] > 0:
-        return "falling behind (lag growing)"
+        return FALLING_BEHIND
     if (recent[-1].errors_per_s or 0) > 0:
-        return "keeping up, with errors"
+        return WITH_ERRORS
     if (last.group_lag or 0) == 0 and (last.pending or 0) == 0:
-        return "idle, all caught up"
-    return "keeping up"
+        return IDLE
+    return KEEPING_UP
