@@ -72,12 +72,12 @@ class BillingHandler:
 
     async def process(self, event: OrderEvent) -> None:
         """The simulated work; every ``fail_every``-th attempt fails transiently (no ack, retried)."""
-        seconds = self.work_s()
-        if seconds > 0:  # with no delay the handler does not sleep at all
-            await asyncio.sleep(seconds)
-        attempt = next(self._attempts)
-        if self.fail_every and attempt % self.fail_every == 0:
-            raise TransientError(f"simulated failure: attempt {attempt} (every {self.fail_every}th fails)")
+        if self.delay_ms or self.jitter_ms:  # with no delay the handler does not sleep at all
+            await asyncio.sleep(self.work_s())
+        if self.fail_every:
+            attempt = next(self._attempts)
+            if attempt % self.fail_every == 0:
+                raise TransientError(f"simulated failure: attempt {attempt} (every {self.fail_every}th fails)")
 
     def charge(self, event: OrderEvent, consumer: str) -> Charge:
         """The ledger row for this event."""
