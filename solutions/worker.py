@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -99,11 +100,12 @@ class Worker:
         return installed
 
     def _on_signal(self, sig: int) -> None:
-        log.info(
-            "received %s: stop reading and drain (up to %ss)",
-            signal.Signals(sig).name,
-            self.settings.drain_timeout_s,
-        )
+        name = signal.Signals(sig).name
+        if self._stop_requested:  # a second signal (or one sent to the process and its group): one line, no restart
+            log.info("%s again (pid %s): already draining", name, os.getpid())
+            return
+        log.info("received %s (pid %s): stop reading and drain (up to %ss)", name, os.getpid(),
+                 self.settings.drain_timeout_s)
         self.request_stop()
 
     # -- run -----------------------------------------------------------------------------

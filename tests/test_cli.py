@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ from billing_support import ROOT, reaped, spawn, stop_process, wait_until
 from labs.launcher.ports import free_port
 from solutions.billing import build_parser, settings_from_args
 from solutions.settings import Settings
+from solutions.worker import Worker
 
 CONTRACT = {
     "redis_url": "redis://127.0.0.1:6390/0",
@@ -143,3 +146,17 @@ def test_dead_redis_at_start_is_one_clear_line_then_quiet_backoff(tmp_path: Path
     text = log.read_text()
     assert "Traceback" not in text
     assert len([ln for ln in text.splitlines() if "WARNING" in ln]) <= 4, text
+
+
+def test_a_repeated_sigterm_logs_received_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A second SIGTERM while draining (a supervisor that signals the process and its group, an
+    impatient user) is one 'again' line, not a second 'received SIGTERM'. (Two 'received SIGTERM'
+    lines in one log file are two lives of the worker: lab 3 restarts billing-2 into the same
+    file; the pid in the line tells them apart.)"""
+    caplog.set_level(logging.INFO, logger="solutions.worker")
+    worker = Worker(Settings(ledger=tmp_path / "l.db", consumer="c"))
+    worker._on_signal(signal.SIGTERM)
+    worker._on_signal(signal.SIGTERM)
+    messages = [r.getMessage() for r in caplog.records if r.name == "solutions.worker"]
+    assert messages == [f"received SIGTERM (pid {os.getpid()}): stop reading and drain (up to 30.0s)",
+                        f"SIGTERM again (pid {os.getpid()}): already draining"]
