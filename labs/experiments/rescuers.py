@@ -150,7 +150,10 @@ def rescuers_race(
         poll(lambda: _oldest_idle_ms(client, stream) >= min_idle_ms, timeout_s=5)
         race = _Race(redis_url, stream, lease, count, work_ms, min_idle_ms)
         started = time.monotonic()
-        threads = [threading.Thread(target=race.rescuer, args=(f"rescuer-{i}",), daemon=True) for i in range(rescuers)]
+        threads = [
+            threading.Thread(target=race.rescuer, args=(f"rescuer-{i}", i * 0.05), daemon=True)
+            for i in range(rescuers)
+        ]
         for thread in threads:
             thread.start()
         poll(lambda: int(client.xpending(stream, GROUP)["pending"]) == 0, timeout_s=timeout_s)
@@ -178,7 +181,8 @@ class _Race:
         self.stolen: list[str] = []
         self.claimed_by: dict[str, str] = {}
 
-    def rescuer(self, name: str) -> None:
+    def rescuer(self, name: str, start_after_s: float) -> None:
+        self.stop.wait(start_after_s)  # rescuers tick on their own timers, out of phase
         with contextlib.closing(redis.Redis.from_url(self.redis_url, decode_responses=True)) as client:
             renew = client.register_script(RENEW_LUA)
             cursor = "0-0"
