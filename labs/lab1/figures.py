@@ -11,6 +11,8 @@ from plotly.subplots import make_subplots
 from labs.experiments.latency import LatencyStats
 from labs.lab1.record import ScenarioResult
 
+GREY, GREEN, RED = "#7f7f7f", "#2ca02c", "#d62728"  # acknowledged, survived, lost: red is the loss
+
 
 def timeline(result: ScenarioResult) -> Any:
     """Sent and processed over time (top), XPENDING per consumer (bottom), rescues marked."""
@@ -55,13 +57,15 @@ def survival(results: Sequence[Any]) -> Any:
     names = [r.topology for r in results]
     fig = go.Figure(
         data=[
-            go.Bar(name="acknowledged", x=names, y=[r.acknowledged for r in results]),
-            go.Bar(name="survived kill -9", x=names, y=[r.survived for r in results]),
-            go.Bar(name="lost", x=names, y=[r.lost for r in results]),
+            go.Bar(name="acknowledged", x=names, y=[r.acknowledged for r in results], marker_color=GREY),
+            go.Bar(name="survived kill -9", x=names, y=[r.survived for r in results], marker_color=GREEN),
+            go.Bar(name="lost", x=names, y=[r.lost for r in results], marker_color=RED),
         ]
     )
     fig.update_layout(
-        barmode="group", title="kill -9: what survived, without persistence and with AOF everysec"
+        barmode="group",
+        title="kill -9: what survived, without persistence and with AOF everysec",
+        yaxis_title="writes",
     )
     return fig
 
