@@ -128,20 +128,25 @@ def test_paused_master_workers_charge_soon_after_promotion(sentinel_topology: To
         pid = topo.server(old[1]).pid()
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
+        paused_at = time.time()
         try:
-            resumed_s = _resume_after_promotion(topo, old, ledger)
+            promoted_at, resumed_s = _resume_after_promotion(topo, old, ledger)
         finally:
             os.kill(pid, signal.SIGCONT)
         assert stop_process(producer, signal.SIGINT) == 0
         assert [stop_process(w) for w in workers] == [0, 0]
-    print(f"paused master: first charge of an event written to the new master {resumed_s:.2f}s after promotion")
+    print(f"paused master: promoted {promoted_at - paused_at:.2f}s after the pause; first charge of an event "
+          f"written to the new master {resumed_s:.2f}s after the promotion")
     assert resumed_s <= STALL_RESUME_WITHIN_S, f"charging resumed {resumed_s:.1f}s after the promotion"
     for i in (1, 2):
         assert "drain complete" in (tmp_path / f"w{i}.log").read_text()
 
 
-def _resume_after_promotion(topo: Topology, old: tuple[str, int], ledger: Path) -> float:
-    """Wait for the promotion, then write events straight to the new master until one is charged."""
+def _resume_after_promotion(topo: Topology, old: tuple[str, int], ledger: Path) -> tuple[float, float]:
+    """Wait for the promotion, then write events straight to the new master until one is charged.
+
+    Returns the promotion's time and the seconds from it to that first charge.
+    """
     new = topo.wait_new_master(old, time.monotonic() + 30)
     promoted_at = time.time()
     written = 0
@@ -155,4 +160,4 @@ def _resume_after_promotion(topo: Topology, old: tuple[str, int], ledger: Path) 
             return bool(_charge_times(ledger, "after-"))
 
         wait_until(write_and_check, 30, "a charge of an event written to the new master")
-    return min(_charge_times(ledger, "after-")) - promoted_at
+    return promoted_at, min(_charge_times(ledger, "after-")) - promoted_at
