@@ -175,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(Worker(settings).run(handle_signals=True))
     except KeyboardInterrupt:  # a signal before the handlers were installed: nothing was in flight
         log.info("drain complete: interrupted before the worker started")
-    except (OSError, sqlite3.Error) as exc:  # the ledger cannot be opened, a port is taken ...
+    except sqlite3.Error as exc:
+        log.error("cannot use the ledger %s: %s: %s", settings.ledger, type(exc).__name__, exc)
+        return 1
+    except OSError as exc:  # the metrics port is taken, the ledger's directory is not writable ...
         log.error("cannot run: %s: %s", type(exc).__name__, exc)
         return 1
     return 0

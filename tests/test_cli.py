@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -160,3 +161,23 @@ def test_a_repeated_sigterm_logs_received_once(tmp_path: Path, caplog: pytest.Lo
     messages = [r.getMessage() for r in caplog.records if r.name == "solutions.worker"]
     assert messages == [f"received SIGTERM (pid {os.getpid()}): stop reading and drain (up to 30.0s)",
                         f"SIGTERM again (pid {os.getpid()}): already draining"]
+
+
+def test_a_ledger_that_is_not_a_database_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    ledger = tmp_path / "x.db"
+    ledger.write_bytes(b"this is not an SQLite file" * 200)
+    done = worker_cli("--ledger", str(ledger), "--redis-url", "redis://127.0.0.1:1/0")
+    assert done.returncode == 1
+    assert one_line_error(done).endswith(f"cannot use the ledger {ledger}: DatabaseError: file is not a database")
+
+
+def test_a_metrics_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = worker_cli("--metrics-port", str(port), "--ledger", str(tmp_path / "l.db"),
+                          "--redis-url", "redis://127.0.0.1:1/0")
+    assert done.returncode == 1
+    line = [ln for ln in done.stderr.splitlines() if "ERROR" in ln]
+    assert len(line) == 1 and "Address already in use" in line[0] and "Traceback" not in done.stderr
