@@ -73,7 +73,7 @@ def _reading_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("names")
     _flag(g, "stream", "orders", "stream to read")
     _flag(g, "group", "billing", "consumer group (created with MKSTREAM if missing)")
-    _flag(g, "consumer", default_consumer(), "consumer name, unique per process (hostname-pid)")
+    _flag(g, "consumer", default_consumer(), "consumer name, unique per process (default: <hostname>-<pid>)")
     g = p.add_argument_group("reading and concurrency")
     _flag(g, "count", 16, "XREADGROUP COUNT: the prefetch per read")
     _flag(g, "block-ms", 2000, "XREADGROUP BLOCK in ms (the socket timeout is set above it)")

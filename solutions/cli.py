@@ -24,7 +24,9 @@ class HelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if "default" in text or not action.option_strings or default in (None, False, argparse.SUPPRESS):
+        if "default" in text or not action.option_strings or default is None or default is False:
+            return text
+        if default == argparse.SUPPRESS:
             return text
         if default == "":
             return text + " (default: '')"

@@ -92,6 +92,7 @@ def test_help_explains_every_flag_with_its_default() -> None:
     assert "(default: None)" not in text
     assert not re.search(r"\(default: [^)]*\) \(default:", text), "a default printed twice"
     assert "(default: off)" in text and "--metrics-host" in text and "default: 127.0.0.1" in text
+    assert "(default: <hostname>-<pid>)" in text and "attempt fails transiently (0: never) (default: 0)" in text
 
 
 def worker_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
