@@ -34,6 +34,13 @@ def wait_sentence(runs: Sequence[Run]) -> str | None:
                  "milliseconds wide, so a loss without WAIT is rare; --repeat N gives it more chances.")
     unknown = _sum(wait, "unknown"), _sum(no_wait, "unknown")
     text += f" Sends of unknown outcome: {unknown[1]} without WAIT, {unknown[0]} with it."
+    gap_wait = max((r.result.confirm_gap_s or 0.0) for r in wait)
+    gap_no_wait = max((r.result.confirm_gap_s or 0.0) for r in no_wait)
+    text += (f" The producer had no confirmed send for up to {gap_no_wait:.1f} s without WAIT and "
+             f"{gap_wait:.1f} s with WAIT 1.")
+    if gap_wait > gap_no_wait + 1.0:
+        text += (" WAIT 1 costs availability here: the only replica was promoted, and until the old master "
+                 "rejoined as a replica no write could be confirmed.")
     return text
 
 

@@ -10,6 +10,7 @@ Definitions (the report repeats them):
 - **recover, backlog**: fault -> first sample where pending and lag are back to their
   pre-fault maximum (under load they are never 0: work in flight and failures waiting
   for the rescuer);
+- **confirm gap**: the longest gap between confirmed sends, measured like the downtime;
 - **settle**: producer stopped -> pending = 0 and lag = 0;
 - **missing on new master**: confirmed sends whose event is not in the stream afterwards
   (with no MAXLEN, only a failover can remove a confirmed entry).
@@ -46,6 +47,7 @@ class CellResult:
     recover_first_charge_s: float | None = None
     recover_backlog_s: float | None = None
     settle_s: float | None = None
+    confirm_gap_s: float | None = None
     missing_on_new_master: int | None = None
     unknown_but_charged: int = 0
     pending_end: int = 0
@@ -85,6 +87,7 @@ def _timing(r: CellRecord, res: CellResult, sent_after_fault: set[str]) -> None:
     times = [c.t for c in r.charges]
     start = r.fault_t if r.fault_t is not None else r.t0 + WARMUP_S
     res.downtime_s = longest_gap(times, start, r.produce_end)
+    res.confirm_gap_s = longest_gap(sorted(s.t for s in r.sends if s.confirmed), start, r.produce_end)
     if r.settled_t is not None:
         res.settle_s = max(0.0, r.settled_t - r.produce_end)
     if r.fault_t is None:

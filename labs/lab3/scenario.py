@@ -29,12 +29,14 @@ from labs.lab3.probe import delivered_before, entries, group_state, master_clien
 from labs.lab3.record import CellRecord, read_charges, read_logs, read_sends
 from labs.lab3.sampler import Sampler
 from labs.lab3.settings import WORKERS, Lab3Settings
+from labs.launcher.topology import Topology
 
 log = logging.getLogger(__name__)
 
 VICTIM = "billing-2"
 READY_TIMEOUT_S = 30.0
 POLL_S = 0.25
+FAILOVER_TIMEOUT_S = 30.0
 Notify = Callable[[str, float], None]
 
 
@@ -66,23 +68,38 @@ class Phase:
     # -- steps ---------------------------------------------------------------------------
 
     def start_workers(self) -> None:
+        """Create the groups, start the workers, and wait until they read (or the start timeout).
+
+        A worker is ready once it shows in ``XINFO CONSUMERS``, or once as many clients as
+        workers wait in ``XREADGROUP`` (Redis 7.0 creates a consumer that only blocks on ``>``
+        at its first message). A worker that exits now stops the lab with the reason.
+        """
         for cell in self.cells:
             with contextlib.suppress(redis.ResponseError):  # BUSYGROUP
                 self.client.xgroup_create(cell.stream, GROUP, id="0", mkstream=True)
             cell.start()
         deadline = time.monotonic() + READY_TIMEOUT_S
-        for cell in self.cells:
-            while len(self._consumers(cell)) < len(WORKERS):
-                dead = [c for c, p in cell.workers.items() if p.poll() is not None]
-                if dead or time.monotonic() > deadline:
-                    why = f"{', '.join(dead)} exited" if dead else f"not all read within {READY_TIMEOUT_S:.0f} s"
-                    raise LabError(f"{cell.name}: workers did not start ({why}); see {cell.home}")
-                time.sleep(POLL_S)
+        expected = len(WORKERS) * len(self.cells)
+        while time.monotonic() < deadline:
+            for cell in self.cells:
+                dead = [f"{c} (exit code {p.poll()})" for c, p in cell.workers.items() if p.poll() is not None]
+                if dead:
+                    raise LabError(f"{cell.name}: {', '.join(dead)} exited at start; see {cell.home}")
+            consumers = sum(min(len(WORKERS), len(self._consumers(c))) for c in self.cells)
+            if consumers >= expected or self._reading_clients() >= expected:
+                return
+            time.sleep(POLL_S)
+        log.warning("not every worker showed as reading within %.0f s; going on", READY_TIMEOUT_S)
 
     def _consumers(self, cell: Cell) -> set[str]:
         with contextlib.suppress(redis.RedisError):
             return {str(c["name"]) for c in self.client.xinfo_consumers(cell.stream, GROUP)}
         return set()
+
+    def _reading_clients(self) -> int:
+        with contextlib.suppress(redis.RedisError):
+            return sum(1 for c in self.client.client_list() if c.get("cmd") == "xreadgroup")
+        return 0
 
     def load(self, t0: float) -> float:
         """Run the producers for the mode's duration, with the fault; returns when they stopped."""
@@ -108,15 +125,34 @@ class Phase:
         self._threads.append(thread)
 
     def _failover(self) -> None:
-        hard = self.s.failover == "hard"
         try:
-            result = launcher.failover(hard=hard, timeout_s=30.0, restart_old=True)
-            kind = "kill -9" if hard else "SENTINEL FAILOVER"
-            self.fault.update(kind=kind, old=result.old_master, new=result.new_master,
-                              promoted_after_s=result.elapsed_s)
+            if self.s.failover == "hard":
+                self._kill_master()
+            else:
+                result = launcher.failover(hard=False, timeout_s=FAILOVER_TIMEOUT_S)
+                self.fault.update(kind="SENTINEL FAILOVER", old=result.old_master, new=result.new_master,
+                                  promoted_after_s=result.elapsed_s)
         except Exception as exc:
-            self.fault.update(kind="failover", error=repr(exc))
+            self.fault.update(kind=f"failover ({self.s.failover})", error=repr(exc))
             log.warning("failover failed: %r", exc)
+
+    def _kill_master(self) -> None:
+        """kill -9 of the master, as ``launcher.failover(hard=True)`` does, noting the moment of the kill.
+
+        The old master is started again once every sentinel has switched; Sentinel then turns
+        it into a replica of the new master (it waits some seconds before it does).
+        """
+        topo = Topology.from_env("sentinel")
+        old = topo.master_addr()
+        deadline = time.monotonic() + FAILOVER_TIMEOUT_S
+        self.fault_t = time.time()
+        topo.server(old[1]).kill(signal.SIGKILL)
+        new = topo.wait_new_master(old, deadline)
+        self.fault.update(kind="kill -9", old=old, new=new, promoted_after_s=time.time() - self.fault_t)
+        topo.wait_switched(new, deadline)
+        topo.start(topo.server(old[1]))
+        topo.wait_ready(FAILOVER_TIMEOUT_S)
+        self.fault["replica_back_after_s"] = time.time() - self.fault_t
 
     def _sigterm(self) -> None:
         self.fault.update(kind=f"SIGTERM to {VICTIM}")

@@ -31,9 +31,9 @@ class Lab3Settings:
     metrics_interval_s: float = 2.0
     drain_timeout_s: float = 10.0
     wait_timeout_ms: int = 500
-    produce_s: float = 30.0
-    failover_produce_s: float = 40.0
-    fault_at_s: float = 12.0
+    produce_s: float = 40.0
+    failover_produce_s: float = 60.0
+    fault_at_s: float = 15.0
     restart_after_s: float = 3.0
     settle_timeout_s: float = 45.0
     sample_interval_s: float = 0.5
@@ -82,8 +82,8 @@ class Lab3Settings:
 
 
 PRESETS: dict[str, Lab3Settings] = {
-    # About 4-5 minutes on 2 cores: 30 s of load per mode, 40 s around the failover.
+    # About 4 minutes on 2 cores: 40 s of load per mode, 60 s around the failover.
     "full": Lab3Settings(),
     # About 2 minutes: the same rates, shorter load.
-    "quick": Lab3Settings(produce_s=12.0, failover_produce_s=18.0, fault_at_s=6.0, restart_after_s=2.0),
+    "quick": Lab3Settings(produce_s=12.0, failover_produce_s=22.0, fault_at_s=6.0, restart_after_s=2.0),
 }

@@ -94,6 +94,8 @@ def _fault_text(fault: dict[str, Any]) -> str:
     parts = [str(fault.get("kind", ""))]
     if "promoted_after_s" in fault:
         parts.append(f"new master {fault['new'][1]} after {fault['promoted_after_s']:.1f} s")
+    if "replica_back_after_s" in fault:
+        parts.append(f"old master back as a replica after {fault['replica_back_after_s']:.1f} s")
     if "restarted_after_s" in fault:
         parts.append(f"restarted {fault['restarted_after_s']:.1f} s after the signal")
     if "error" in fault:
