@@ -173,10 +173,13 @@ class Streak:
     a warning per retry.
     """
 
-    def __init__(self, logger: logging.Logger, what: str, *, every_s: float = 30.0) -> None:
+    def __init__(
+        self, logger: logging.Logger, what: str, *, every_s: float = 30.0, level: int = logging.WARNING
+    ) -> None:
         self.log = logger
         self.what = what
         self.every_s = every_s
+        self.level = level
         self.failures = 0
         self.first_at = 0.0
         self.logged_at = 0.0
@@ -186,12 +189,12 @@ class Streak:
         self.failures += 1
         if self.failures == 1:
             self.first_at = self.logged_at = now
-            self.log.warning("%s failed, retrying with backoff: %s", self.what, describe(exc))
+            self.log.log(self.level, "%s failed, retrying with backoff: %s", self.what, describe(exc))
         elif now - self.logged_at >= self.every_s:
             self.logged_at = now
-            self.log.warning(
-                "%s still failing (%s attempts in %.0fs): %s", self.what, self.failures, now - self.first_at,
-                describe(exc),
+            self.log.log(
+                self.level, "%s still failing (%s attempts in %.0fs): %s", self.what, self.failures,
+                now - self.first_at, describe(exc),
             )
 
     def recovered(self) -> None:

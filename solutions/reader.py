@@ -74,6 +74,7 @@ class Reader:
         self.has_room = has_room
         self.backoff = Backoff()
         self.streak = Streak(log, f"XREADGROUP on {settings.stream}")
+        self.unexpected = Streak(log, f"XREADGROUP on {settings.stream} (unexpected error)", level=logging.ERROR)
         self.cursor = OWN_PENDING
         self.reads = 0
         self.errors = 0
@@ -93,6 +94,7 @@ class Reader:
             else:
                 self.backoff.reset()
                 self.streak.recovered()
+                self.unexpected.recovered()
 
     async def read_once(self) -> None:
         """One ``XREADGROUP`` (own pending, or ``>`` with ``BLOCK``) and the dispatch of its entries."""
@@ -132,6 +134,6 @@ class Reader:
         elif kind == "recoverable":
             self.streak.failed(exc)
         else:
-            log.error("read failed with an unexpected error, backing off: %s", describe(exc))
+            self.unexpected.failed(exc)
         self.cursor = OWN_PENDING
         await self.backoff.sleep(stop)
