@@ -15,6 +15,7 @@ from labs.panels.dashboard import (
     IDLE,
     KEEPING_UP,
     NOT_ANSWERING,
+    WAITING,
     WITH_ERRORS,
     DashboardSample,
     MetricsDashboard,
@@ -117,6 +118,7 @@ def test_verdicts_and_axis_titles() -> None:
     assert verdict_of([at(0, 0), at(1, 0, 2.0)]) == WITH_ERRORS
     assert verdict_of([at(0, 0, pending=0)]) == IDLE
     assert verdict_of([at(0, 2), at(1, 1)]) == KEEPING_UP
+    assert verdict_of([DashboardSample(0, WorkerNumbers(processed=0), None)]) == WAITING
     figure = MetricsDashboard("http://127.0.0.1:1/metrics").figure
     layout = figure.figure.layout
     assert all(axis.title.text for axis in (layout.xaxis, layout.yaxis, layout.yaxis2, layout.yaxis3, layout.yaxis4))

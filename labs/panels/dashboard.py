@@ -247,7 +247,8 @@ class MetricsDashboard:
             return last.problem or "от воркера нет чисел"
         w = last.worker
         age = "-" if w.stream_age_s is None else f"{w.stream_age_s:.1f} с"
-        lag = "-" if last.processing_lag_s is None else f"{last.processing_lag_s * 1000:.0f} мс"
+        lag_s = last.processing_lag_s if last.processing_lag_s is not None else w.lag_last_s
+        lag = "-" if lag_s is None else f"{lag_s * 1000:.0f} мс"
         return (
             f"{verdict_of(samples)} · processed {_n(w.processed)} · errors {_n(w.errors)} · "
             f"reclaimed {_n(w.reclaimed)} · pending {_n(w.pending)} · lag {_n(w.group_lag)} · "
@@ -265,6 +266,7 @@ WITH_ERRORS = "успевает, но есть ошибки"
 IDLE = "всё разобрано, ждёт новых"
 KEEPING_UP = "успевает"
 NOT_ANSWERING = "воркер не отвечает"
+WAITING = "ждёт первых чисел группы от воркера"
 
 
 def verdict_of(samples: list[DashboardSample]) -> str:
@@ -279,6 +281,8 @@ def verdict_of(samples: list[DashboardSample]) -> str:
         return FALLING_BEHIND
     if (recent[-1].errors_per_s or 0) > 0:
         return WITH_ERRORS
+    if last.pending is None and last.group_lag is None:
+        return WAITING
     if (last.group_lag or 0) == 0 and (last.pending or 0) == 0:
         return IDLE
     return KEEPING_UP

@@ -2,8 +2,8 @@
 
 Made to be read from the back of a classroom, like :mod:`labs.panels.figure`: the charts take
 the notebook's full width, each has axis titles with units, the y axes start at 0 (a flat 0
-is drawn as a flat 0), the title is short, and every metric keeps one colour (colour-blind
-safe Okabe-Ito). The worker's own number is a solid line; the same number measured in Redis
+is drawn as a flat 0), the short title heads the status line, and every metric keeps one
+colour (colour-blind safe Okabe-Ito). The worker's own number is a solid line; the same number measured in Redis
 is a dotted line of the same colour, so the two can be compared at a glance:
 
 1. handled so far: ``processed``, ``errors``, ``reclaimed`` (counters);
@@ -87,7 +87,7 @@ class DashboardFigure:
         self.status.add_class("metrics-dashboard-status")
 
     def _layout(self) -> Any:
-        fig = make_subplots(rows=2, cols=2, subplot_titles=TITLES, horizontal_spacing=0.08, vertical_spacing=0.17)
+        fig = make_subplots(rows=2, cols=2, subplot_titles=TITLES, horizontal_spacing=0.12, vertical_spacing=0.2)
         for line in LINES:
             row, col = CELLS[line.chart - 1]
             fig.add_scatter(
@@ -95,11 +95,10 @@ class DashboardFigure:
                 line={"color": line.color, "dash": line.dash, "width": 3},
             )
         fig.update_layout(
-            title={"text": self.title, "x": 0.01, "font": {"size": FONT_SIZE + 5}},
             autosize=True,
             height=HEIGHT_PX,
             font={"size": FONT_SIZE},
-            margin={"t": 80, "b": 60, "l": 75, "r": 15},
+            margin={"t": 40, "b": 60, "l": 75, "r": 15},
             template="plotly_white",
             legend={"x": 1.01, "y": 1.0, "xanchor": "left", "yanchor": "top"},
         )
