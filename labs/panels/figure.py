@@ -63,8 +63,9 @@ def short_key(key: str) -> str:
 
 
 def _y_max(values: Sequence[float | None], col: int) -> float:
+    """Headroom above the top value (and the top tick), so a line never runs into the title."""
     top = max((v for v in values if v is not None), default=0.0)
-    return max(MIN_Y_SPAN[col], top * 1.15)
+    return max(MIN_Y_SPAN[col], top) * 1.15
 
 
 class PanelFigure:
@@ -76,7 +77,11 @@ class PanelFigure:
         self.figure._config = {"responsive": True, "displaylogo": False}
         self.label = widgets.HTML(value=self._status_html("ещё не запущена"))
         self.replay_button = widgets.Button(
-            description="повторить", icon="play", tooltip="проиграть записанные замеры заново", disabled=True
+            description="повторить",
+            icon="play",
+            tooltip="проиграть записанные замеры заново",
+            disabled=True,
+            layout=widgets.Layout(width="auto", flex="0 0 auto"),
         )
         header = widgets.HBox([self.replay_button, self.label], layout=widgets.Layout(align_items="center"))
         self.widget = widgets.VBox([header, self.figure], layout=widgets.Layout(width="100%"))
@@ -103,11 +108,11 @@ class PanelFigure:
             template="plotly_white",
             legend={"x": 1.01, "y": 1.0, "xanchor": "left", "yanchor": "top", "title": {"text": "консьюмер"}},
         )
-        fig.update_annotations(font_size=FONT_SIZE + 1)  # the subplot titles
+        fig.update_annotations(font_size=FONT_SIZE + 1, yshift=6)  # the subplot titles
         fig.update_xaxes(title_text="время, с", range=[0, MIN_X_SPAN_S])
         fig.update_yaxes(rangemode="tozero")
         for col, title in ((LAG_COL, "записей"), (AGE_COL, "возраст, с"), (PENDING_COL, "записей в PEL")):
-            fig.update_yaxes(title_text=title, range=[0, MIN_Y_SPAN[col]], row=1, col=col)
+            fig.update_yaxes(title_text=title, range=[0, _y_max([], col)], row=1, col=col)
         return fig
 
     def on_replay(self, callback: Callable[[], Any]) -> None:

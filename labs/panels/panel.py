@@ -46,9 +46,9 @@ STOP_WORDS = {"stop()": "работа закончилась"}
 
 
 def describe(sample: PanelSample) -> str:
-    """One sample in words: ``12 с · XLEN 120 · в PEL 7 · lag 3``."""
+    """One sample's figures: ``XLEN 120 · в PEL 7 · lag 3``."""
     lag = "?" if sample.lag is None else str(sample.lag)
-    return f"{sample.t_s:.0f} с · XLEN {sample.length} · в PEL {sample.pending} · lag {lag}"
+    return f"XLEN {sample.length} · в PEL {sample.pending} · lag {lag}"
 
 
 def stop_words(reason: str | None, max_duration_s: float) -> str:
@@ -226,7 +226,7 @@ class StreamPanel:
 
     def _summary(self) -> str:
         samples = self.samples
-        text = describe(samples[-1]) if samples else "замеров ещё нет"
+        text = f"{samples[-1].t_s:.0f} с · {describe(samples[-1])}" if samples else "замеров ещё нет"
         return text + (f" · ошибок Redis {self.errors}" if self.errors else "")
 
     # -- replay ---------------------------------------------------------------------
@@ -273,5 +273,6 @@ class StreamPanel:
                 self._figure.draw(history[: index + 1])
             except Exception as exc:  # a closed comm must not kill the thread
                 log.debug("panel %s: replay drawing failed: %s", self.stream, exc)
-            self._show(f"повтор ({speed:g}×): {describe(sample)} из {total_s:.0f} с")
-        self._show(f"повтор окончен · {describe(history[-1])}")
+            pace = "" if speed == 1 else f" ×{speed:.1f}"
+            self._show(f"повтор{pace}: {sample.t_s:.0f} из {total_s:.0f} с · {describe(sample)}")
+        self._show(f"повтор окончен: {total_s:.0f} с · {describe(history[-1])}")
