@@ -175,17 +175,8 @@ def drain_timeout_then_rescue(
         slow.kill()
     after_stop = frozenset(pending_ids(client, stream))
     charged_by_slow = len(charges(ledger))
-    rescuer = WorkerProcess.start(
-        redis_url, stream, ledger, "w-rescuer", run_dir,
-        min_idle_ms=min_idle_ms, claim_interval_ms=200,
-    )
-    try:
-        wait_until(lambda: rescuer.alive() and len(charges(ledger)) >= events and not pending_ids(client, stream),
-                   timeout_s,
-                   "every event charged and the PEL empty")
-        rescuer.stop(signal.SIGTERM, timeout_s)
-    finally:
-        rescuer.kill()
+    rescuer = _rescue(client, redis_url, stream, ledger, run_dir, events=events, min_idle_ms=min_idle_ms,
+                      timeout_s=timeout_s)
     per_event = Counter(c.event_id for c in charges(ledger))
     run = RescueRun(
         exit_code=code,
@@ -201,6 +192,23 @@ def drain_timeout_then_rescue(
     )
     client.close()
     return run
+
+
+def _rescue(
+    client: redis.Redis, redis_url: str, stream: str, ledger: Path, run_dir: Path, *,
+    events: int, min_idle_ms: int, timeout_s: float,
+) -> WorkerProcess:
+    """A second worker whose rescuer claims what is idle; stopped once everything is charged."""
+    rescuer = WorkerProcess.start(
+        redis_url, stream, ledger, "w-rescuer", run_dir, min_idle_ms=min_idle_ms, claim_interval_ms=200,
+    )
+    try:
+        wait_until(lambda: rescuer.alive() and len(charges(ledger)) >= events and not pending_ids(client, stream),
+                   timeout_s, "every event charged and the PEL empty")
+        rescuer.stop(signal.SIGTERM, timeout_s)
+    finally:
+        rescuer.kill()
+    return rescuer
 
 
 SIGNAL_PROBE = """
