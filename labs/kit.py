@@ -46,18 +46,26 @@ class Kit:
 
     reference: Path
     starter: Path
+    check_command: str = "make check-lab-1 IMPL=path/to/your_file.py"
 
     def header(self) -> str:
         return (
             f"# Starter code for you to complete, generated from {self.reference.as_posix()}\n"
             f"# by `python -m labs.kit --write`. Copy it to a file of your own, replace each\n"
             "# `raise NotImplementedError(...)` with your code, and check it with\n"
-            "# `make check-lab-1 IMPL=path/to/your_file.py`.\n"
+            f"# `{self.check_command}`.\n"
             "# ruff: noqa: F401  (the reference's imports stay, though the cut-out parts used some)\n"
         )
 
 
-KITS: tuple[Kit, ...] = (Kit(Path("solutions/lab1.py"), Path("labs/lab1/starter.py")),)
+KITS: tuple[Kit, ...] = (
+    Kit(Path("solutions/lab1.py"), Path("labs/lab1/starter.py")),
+    Kit(
+        Path("labs/lab3/worker_reference.py"),
+        Path("labs/lab3/worker_starter.py"),
+        'make check-lab-3 WORKER="python path/to/your_worker.py"',
+    ),
+)
 
 
 def stub(indent: str, task: str) -> list[str]:
