@@ -22,6 +22,30 @@ def test_kill_inside_the_handler_then_rescue_and_resend(
     assert (run.effects, run.pending_left) == (effects, 0)
 
 
+@pytest.mark.parametrize(
+    "dedupe",
+    [
+        pytest.param(
+            "redis-2phase",
+            marks=pytest.mark.xfail(
+                reason="known bug, reported: RedisTwoPhase treats a key leased with its own token as PROCEED, "
+                "so a re-send handled beside the reclaimed original is charged twice",
+                strict=False,
+            ),
+        ),
+        "sqlite",
+    ],
+)
+def test_a_resend_beside_the_reclaimed_original_is_charged_once(
+    redis_url: str, key_prefix: str, tmp_path: Path, dedupe: str
+) -> None:
+    ledger = tmp_path / "ledger.sqlite3"
+    run = asyncio.run(
+        crash_and_rescue(redis_url, f"{key_prefix}orders", dedupe=dedupe, ledger=ledger, resend_while_pending=True)
+    )
+    assert (run.effects, run.pending_left) == (1, 0)
+
+
 def test_charges_for_a_missing_ledger_is_zero(tmp_path: Path) -> None:
     assert charges_for(tmp_path / "none.sqlite3", "e") == 0
     (tmp_path / "empty.sqlite3").write_bytes(b"")

@@ -101,8 +101,13 @@ async def crash_and_rescue(
     ledger: Path,
     handler_delay_ms: int = 4000,
     timeout_s: float = 20.0,
+    resend_while_pending: bool = False,
 ) -> CrashRun:
-    """Kill a worker inside its handler, rescue, re-send the event; count the event's charges."""
+    """Kill a worker inside its handler, rescue, re-send the event; count the event's charges.
+
+    With ``resend_while_pending`` the re-send is added right after the kill, so the rescuing
+    worker handles it and the reclaimed original close together.
+    """
     started = time.monotonic()
     event_id = f"evt-{uuid.uuid4().hex[:8]}"
     fields: dict[Any, Any] = {"type": "order.paid", "order_id": "o-1", "amount": "10.00", "event_id": event_id}
@@ -125,11 +130,14 @@ async def crash_and_rescue(
         if not held:
             raise RuntimeError(f"billing-worker ({dedupe}) never took the message")
         at_crash = charges_for(ledger, event_id)
+        if resend_while_pending:  # the re-send arrives while the dead worker's entry still waits
+            client.xadd(stream, fields)
         worker = Worker(rescuer_settings(redis_url, stream, dedupe, ledger))
         task = asyncio.create_task(worker.run())
         try:
             await _until(lambda: _settled(client, stream, ledger, event_id, dedupe), timeout_s)
-            client.xadd(stream, fields)  # then the producer re-sends the same event
+            if not resend_while_pending:
+                client.xadd(stream, fields)  # then the producer re-sends the same event
             await _until(lambda: _settled(client, stream, ledger, event_id, dedupe), timeout_s)
         finally:
             worker.request_stop()
