@@ -13,7 +13,8 @@ timeout, :mod:`labs.panels.scrape`) and takes one snapshot of the stream and gro
 charts and the status line (:mod:`labs.panels.dashboard_figure`). A thread, not an asyncio
 task, because a task only advances while the kernel is idle and starves while cells run back
 to back. The thread sets widget values only and never prints. It stops on :meth:`stop`, on
-leaving a ``with`` block, or by itself after ``max_duration_s``; on stopping it redraws its
+leaving a ``with`` block, by itself after ``max_duration_s``, or (with ``idle_stop_s``) once
+the worker has had nothing to do for that long after doing some work; on stopping it redraws its
 whole history, so even a short run ends with every sample on screen. An unreachable endpoint
 or Redis is shown in the status line and retried with a backoff; it never kills the thread.
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -32,6 +32,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from labs.panels.dashboard_figure import DashboardFigure
+from labs.panels.dashboard_sample import DashboardSample, rate, settled_for, verdict_of
 from labs.panels.scrape import SCRAPE_TIMEOUT_S, WorkerNumbers, scrape
 from labs.panels.streams_info import StreamStats, read_stream_stats
 
@@ -41,28 +42,6 @@ REDIS_TIMEOUT_S = 1.0
 MAX_BACKOFF_S = 3.0
 MAX_SAMPLES = 5000
 JOIN_TIMEOUT_S = SCRAPE_TIMEOUT_S + 2 * REDIS_TIMEOUT_S + MAX_BACKOFF_S
-
-
-@dataclass(frozen=True)
-class DashboardSample:
-    """One refresh: the worker's numbers, Redis's numbers, and rates since the previous sample."""
-
-    t_s: float
-    worker: WorkerNumbers | None
-    redis: StreamStats | None
-    processed_per_s: float | None = None
-    errors_per_s: float | None = None
-    processing_lag_s: float | None = None
-    problem: str = ""
-
-
-def _rate(now: WorkerNumbers | None, before: WorkerNumbers | None, field: str, dt_s: float) -> float | None:
-    """Per-second increase of counter ``field`` between two scrapes (None if either lacks it)."""
-    a = None if now is None else getattr(now, field)
-    b = None if before is None else getattr(before, field)
-    if a is None or b is None or dt_s <= 0:
-        return None
-    return float(max(0.0, a - b) / dt_s)
 
 
 class MetricsDashboard:
@@ -77,6 +56,7 @@ class MetricsDashboard:
         group: str = "billing",
         refresh_s: float = 0.5,
         max_duration_s: float = 60.0,
+        idle_stop_s: float | None = None,
         title: str = "billing-worker: метрики",
     ) -> None:
         if refresh_s <= 0 or max_duration_s <= 0:
@@ -87,6 +67,7 @@ class MetricsDashboard:
         self.group = group
         self.refresh_s = refresh_s
         self.max_duration_s = max_duration_s
+        self.idle_stop_s = idle_stop_s
         self.problems = 0
         self.stop_reason: str | None = None
         self._samples: list[DashboardSample] = []
@@ -135,6 +116,13 @@ class MetricsDashboard:
         if thread is not None and thread is not threading.current_thread():
             thread.join(JOIN_TIMEOUT_S)
 
+    def wait_stopped(self, timeout_s: float = 10.0) -> bool:
+        """Wait until the thread has ended (by itself or by :meth:`stop`); True if it has."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+        return not self.running
+
     def wait_for(self, predicate: Any, timeout_s: float = 10.0) -> bool:
         """Wait until ``predicate(samples)`` is true (or the dashboard stops); its last value."""
         deadline = time.monotonic() + timeout_s
@@ -179,6 +167,9 @@ class MetricsDashboard:
                     self.stop_reason = f"max_duration_s={self.max_duration_s:g}"
                     break
                 failures = 0 if self._refresh(client, elapsed_s) else failures + 1
+                if self.idle_stop_s is not None and settled_for(self.samples, self.idle_stop_s):
+                    self.stop_reason = f"idle_stop_s={self.idle_stop_s:g}"
+                    break
                 pause_s = self.refresh_s if failures == 0 else min(MAX_BACKOFF_S, self.refresh_s * 2**failures)
                 self._stop.wait(min(pause_s, max(0.0, self.max_duration_s - elapsed_s)))
             if self.stop_reason == "stop()":
@@ -218,8 +209,8 @@ class MetricsDashboard:
                 t_s=round(elapsed_s, 3),
                 worker=worker,
                 redis=stats,
-                processed_per_s=_rate(worker, old, "processed", dt_s),
-                errors_per_s=_rate(worker, old, "errors", dt_s),
+                processed_per_s=rate(worker, old, "processed", dt_s),
+                errors_per_s=rate(worker, old, "errors", dt_s),
                 processing_lag_s=worker.lag_since(old) if worker else None,
                 problem=problem,
             )
@@ -233,6 +224,8 @@ class MetricsDashboard:
             log.debug("dashboard: widget update failed: %s", exc)
 
     def _stop_words(self) -> str:
+        if self.stop_reason is not None and self.stop_reason.startswith("idle_stop_s"):
+            return f"воркер {self.idle_stop_s:g} с без работы — прогон закончен"
         if self.stop_reason is not None and self.stop_reason.startswith("max_duration_s"):
             return f"прошло {self.max_duration_s:g} с (max_duration_s)"
         return "вызван stop()"
@@ -259,30 +252,3 @@ class MetricsDashboard:
 
 def _n(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
-
-
-FALLING_BEHIND = "отстаёт: lag растёт"
-WITH_ERRORS = "успевает, но есть ошибки"
-IDLE = "всё разобрано, ждёт новых"
-KEEPING_UP = "успевает"
-NOT_ANSWERING = "воркер не отвечает"
-WAITING = "ждёт первых чисел группы от воркера"
-
-
-def verdict_of(samples: list[DashboardSample]) -> str:
-    """One phrase for the projector: how the worker is doing over the last few samples."""
-    recent = [s for s in samples[-4:] if s.worker is not None]
-    if not recent:
-        return NOT_ANSWERING
-    last = recent[-1].worker
-    assert last is not None
-    lags = [s.worker.group_lag for s in recent if s.worker and s.worker.group_lag is not None]
-    if len(lags) >= 3 and lags[-1] > lags[0] > 0:
-        return FALLING_BEHIND
-    if (recent[-1].errors_per_s or 0) > 0:
-        return WITH_ERRORS
-    if last.pending is None and last.group_lag is None:
-        return WAITING
-    if (last.group_lag or 0) == 0 and (last.pending or 0) == 0:
-        return IDLE
-    return KEEPING_UP
