@@ -115,20 +115,8 @@ async def crash_and_rescue(
         client.delete(stream)
         client.xgroup_create(stream, GROUP, id="0", mkstream=True)
         client.xadd(stream, fields)
-        proc = subprocess.Popen(
-            worker_command(redis_url, stream, dedupe, ledger, handler_delay_ms),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            held = await _until(lambda: _held_by(client, stream, CRASHED), timeout_s)
-            await asyncio.sleep(0.3)  # well inside the handler's sleep
-        finally:
-            proc.kill()
-            proc.wait(timeout=10)
-        if not held:
-            raise RuntimeError(f"billing-worker ({dedupe}) never took the message")
+        command = worker_command(redis_url, stream, dedupe, ledger, handler_delay_ms)
+        await kill_inside_handler(client, command, timeout_s)
         at_crash = charges_for(ledger, event_id)
         if resend_while_pending:  # the re-send arrives while the dead worker's entry still waits
             client.xadd(stream, fields)
@@ -144,6 +132,20 @@ async def crash_and_rescue(
             await asyncio.wait_for(task, timeout=timeout_s)
         pending = int(client.xpending(stream, GROUP)["pending"])
     return CrashRun(dedupe, at_crash, charges_for(ledger, event_id), pending, time.monotonic() - started)
+
+
+async def kill_inside_handler(client: redis.Redis, command: list[str], timeout_s: float) -> None:
+    """Start ``command`` (a billing-worker as :data:`CRASHED`), wait until it holds the message, ``SIGKILL`` it."""
+    stream = command[command.index("--stream") + 1]
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        held = await _until(lambda: _held_by(client, stream, CRASHED), timeout_s)
+        await asyncio.sleep(0.3)  # well inside the handler's sleep
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    if not held:
+        raise RuntimeError(f"billing-worker never took the message: {' '.join(command)}")
 
 
 def _held_by(client: redis.Redis, stream: str, consumer: str) -> bool:
