@@ -35,7 +35,7 @@ from solutions.settings import Settings
 
 log = logging.getLogger(__name__)
 
-SETTLE_TIMEOUT_S = 10.0  # at shutdown, how long a commit or XACK on its way may still take
+SETTLE_MARGIN_S = 5.0  # at shutdown, a commit on its way gets the ledger's busy timeout plus this
 
 
 @dataclass(frozen=True)
@@ -209,8 +209,9 @@ class Worker:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         left = await self.pool.drain(self.settings.drain_timeout_s)
-        if self.pipeline is not None and not await self.pipeline.settle(SETTLE_TIMEOUT_S):
-            log.warning("a commit or XACK was still on its way after %ss; its messages stay pending", SETTLE_TIMEOUT_S)
+        settle_s = self.ledger.busy_timeout_ms / 1000 + SETTLE_MARGIN_S
+        if self.pipeline is not None and not await self.pipeline.settle(settle_s):
+            log.warning("a commit or XACK was still on its way after %ss; its messages stay pending", settle_s)
         if self.rescuer is not None:
             with contextlib.suppress(Exception):
                 await self.rescuer.release_lease()
