@@ -93,7 +93,7 @@ class PanelFigure:
         fig = make_subplots(
             rows=1,
             cols=3,
-            horizontal_spacing=0.07,
+            horizontal_spacing=0.1,  # room for the next chart's tick labels and axis title
             subplot_titles=("lag группы: ещё не выдано", "самая старая запись в PEL", "в PEL по консьюмерам"),
         )
         fig.add_scatter(x=[], y=[], name="lag", mode="lines", line={"color": LAG_COLOUR, "width": 3},
