@@ -79,10 +79,10 @@ class Pipeline:
         """Start the runs for a read batch; returns how many messages were taken on."""
         in_flight = self.pool.in_flight
         fresh = list({d.msg_id: d for d in deliveries if d.fields is not None and d.msg_id not in in_flight}.values())
+        for lanes, run in self._runs(fresh):  # no await before this: the reader and the rescuer both dispatch
+            self.pool.start([d.msg_id for d in run], lanes, functools.partial(self.run, run))
         if len(fresh) < len(deliveries):
             await self._ack_deleted([d.msg_id for d in deliveries if d.fields is None])
-        for lanes, run in self._runs(fresh):
-            self.pool.start([d.msg_id for d in run], lanes, functools.partial(self.run, run))
         return len(fresh)
 
     def _runs(self, deliveries: list[Delivery]) -> Iterator[tuple[list[str], list[Delivery]]]:

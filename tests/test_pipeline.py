@@ -19,6 +19,7 @@ from billing_support import (
 )
 
 from solutions.ledger import Ledger
+from solutions.messages import Delivery
 
 BUSY_TIMEOUT_MS = 300  # the ledger's wait for another process's lock (30 s in production)
 HOLD_S = 2.0  # how long the other process holds the ledger's write lock: several busy timeouts
@@ -63,3 +64,22 @@ def test_nothing_is_lost_while_another_process_holds_the_ledger_lock(
     assert not lost, f"{len(lost)} of {len(expected)} events lost with --dedupe {dedupe}: {sorted(lost)}"
     assert {event: n for event, n in counts.items() if n > 1} == {}, "an event was charged twice"
     assert not set(counts) & set(dead), "an event was both charged and dead-lettered"
+
+
+def test_a_message_already_in_hand_is_not_started_twice(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
+    """The rescuer may reclaim what the reader just handed over: the second dispatch takes on nothing."""
+    client = redis.Redis.from_url(redis_url)
+    s = settings(redis_url, key_prefix, tmp_path / "ledger.sqlite3", handler_delay_ms=300)
+    (msg_id,) = produce(client, s.stream, 1)
+
+    async def scenario() -> int:
+        async with running(s) as worker:
+            await until(lambda: msg_id in worker.pool.in_flight, 10, "the message in hand")
+            assert worker.pipeline is not None
+            fields = dict(client.xrange(s.stream)[0][1])
+            again = await worker.pipeline.dispatch([Delivery(msg_id, fields, 2, "reclaimed")])
+            await until(lambda: worker.counts.processed == 1, 10, "the charge")
+            return again
+
+    assert asyncio.run(scenario()) == 0
+    assert charge_counts(s.ledger) == {"ev-0": 1}
