@@ -107,7 +107,7 @@ class Quiz:
         self.answers[index] = choice
         correct = choice == question.answer
         right = html.escape(question.options[question.answer])
-        verdict = "✅ Верно." if correct else f"❌ Нет. Правильный ответ: «{right}»."
+        verdict = "Верно." if correct else f"Нет. Правильный ответ: «{right}»."
         color = "#080" if correct else "#b00"
         return Feedback(correct, f"<div style='color:{color}'><b>{verdict}</b> {html.escape(question.explain)}</div>")
 
