@@ -92,7 +92,7 @@ def sigterm_under_load(
 ) -> SigtermRun:
     """Backlog + producer + one worker; SIGTERM once it has charged some and holds more."""
     client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
-    ledger = run_dir / "sigterm.sqlite3"
+    ledger = run_dir / f"sigterm-{time.time_ns():x}.sqlite3"
     produce_backlog(client, stream, backlog)
     worker = WorkerProcess.start(
         redis_url, stream, ledger, "w-sigterm", run_dir,
@@ -160,7 +160,7 @@ def drain_timeout_then_rescue(
 ) -> RescueRun:
     """A slow worker is stopped with a drain budget shorter than its handler; a rescuer finishes."""
     client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
-    ledger = run_dir / "rescue.sqlite3"
+    ledger = run_dir / f"rescue-{time.time_ns():x}.sqlite3"
     event_ids = produce_backlog(client, stream, events, with_event_ids=True)
     slow = WorkerProcess.start(
         redis_url, stream, ledger, "w-slow", run_dir,

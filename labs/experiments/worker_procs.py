@@ -65,7 +65,7 @@ class WorkerProcess:
         args = flags(redis_url=redis_url, stream=stream, group=GROUP, consumer=consumer, ledger=ledger,
                      **{**defaults, **more})
         log_path = log_dir / f"{consumer}.log"
-        with log_path.open("ab") as out:
+        with log_path.open("wb") as out:  # a consumer name reused later starts a fresh log
             proc = subprocess.Popen([*worker_command(), *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         return cls(proc, consumer, log_path)
 
