@@ -150,22 +150,29 @@ async def claim_rounds(client: redis.Redis, rounds: int, timeout_s: float = 10.0
 
 
 LOCK_HOLDER = """
-import sqlite3, sys, time
+import sqlite3, sys
 db = sqlite3.connect(sys.argv[1], isolation_level=None)
 db.execute("BEGIN IMMEDIATE")
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+sys.stdin.readline()  # held until the test says so (or goes away)
 db.execute("COMMIT")
 """
 
 
-def hold_ledger_lock(ledger: Path, hold_s: float) -> subprocess.Popen[str]:
-    """Another process takes the ledger's write lock (``BEGIN IMMEDIATE``) for ``hold_s``; returns
-    once it holds it."""
-    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(ledger), str(hold_s)],
-                            stdout=subprocess.PIPE, text=True)
+def hold_ledger_lock(ledger: Path) -> subprocess.Popen[str]:
+    """Another process takes the ledger's write lock (``BEGIN IMMEDIATE``) and holds it until
+    :func:`release_ledger_lock`; returns once it holds it."""
+    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(ledger)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
     return proc
+
+
+def release_ledger_lock(proc: subprocess.Popen[str]) -> None:
+    """Let the lock holder commit and exit."""
+    assert proc.stdin is not None
+    proc.stdin.close()
+    assert proc.wait(10) == 0
 
 
 def spawn(module: str, *args: str, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
