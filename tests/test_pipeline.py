@@ -84,3 +84,24 @@ def test_a_message_already_in_hand_is_not_started_twice(redis_url: str, key_pref
 
     assert asyncio.run(scenario()) == 0
     assert charge_counts(s.ledger) == {"ev-0": 1}
+
+
+@pytest.mark.parametrize("delay_ms", [0, 1], ids=["instant", "lanes"])
+def test_a_failed_handler_leaves_no_marker_behind(
+    delay_ms: int, redis_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    """``--dedupe redis``: every other attempt fails; each failure removes its marker, so every
+    redelivery does the work and each event is charged exactly once."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = settings(redis_url, key_prefix, tmp_path / "ledger.sqlite3", dedupe="redis", fail_every=2, max_attempts=10,
+                 min_idle_ms=200, claim_interval_ms=100, handler_delay_ms=delay_ms)
+    produce(client, s.stream, 20)
+
+    async def scenario() -> None:
+        async with running(s) as worker:
+            await until(lambda: worker.counts.processed == 20, 30, "every event charged")
+            assert worker.counts.errors >= 10 and worker.counts.dedupe_skipped == 0
+
+    asyncio.run(scenario())
+    assert charge_counts(s.ledger) == {f"ev-{i}": 1 for i in range(20)}
+    assert client.xlen(s.dlq_stream) == 0
