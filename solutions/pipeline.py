@@ -213,10 +213,10 @@ class Pipeline:
             return set()
         self.metrics.inc("acked", len(events))
         self.metrics.observe_batch(len(events), events[-1].msg_id)
-        skipped = sum(1 for _, applied in recorded if not applied)
+        skipped = [event.msg_id for (_, event), applied in recorded if not applied]
         if skipped:
-            self.metrics.inc("dedupe_skipped", skipped)
-            log.info("%s events were already applied; acked without a second charge", skipped)
+            self.metrics.inc("dedupe_skipped", len(skipped))
+            log.info("already applied, acked without a second charge: %s", _ids(skipped))
         return {event.dedupe_key for event in events}
 
     # -- the other outcomes -----------------------------------------------------------------
@@ -237,7 +237,8 @@ class Pipeline:
             return
         self.metrics.inc("acked", len(deliveries))
         self.metrics.inc("dedupe_skipped", len(deliveries))
-        log.info("%s duplicates (event already marked done), acked without processing", len(deliveries))
+        ids = _ids([d.msg_id for d in deliveries])
+        log.info("duplicates (dedupe marker present), acked without processing: %s", ids)
 
     async def _settle_echoes(self, echoes: list[tuple[Delivery, str]], acked: set[str]) -> None:
         """Ack an echo whose event was just charged and acked; otherwise leave it pending for a retry."""
@@ -245,7 +246,7 @@ class Pipeline:
         left = [delivery.msg_id for delivery, key in echoes if key not in acked]
         if left:
             self.metrics.inc("errors", len(left))
-            log.info("%s: same event as another message of its run, which failed; left pending", ",".join(left))
+            log.info("same event as another message of its run, which failed; left pending: %s", _ids(left))
 
     async def _failed(self, delivery: Delivery, reason: str) -> None:
         self.metrics.inc("errors")
@@ -290,6 +291,12 @@ class Pipeline:
         for coalescer in (self._begins, self._records, self._acknowledged, self._duplicates):
             settled = await coalescer.wait_idle(timeout_s) and settled
         return settled
+
+
+def _ids(ids: list[str], most: int = 10) -> str:
+    """Message ids for a log line: the first ``most``, then how many more."""
+    more = f" (+{len(ids) - most} more)" if len(ids) > most else ""
+    return ",".join(ids[:most]) + more
 
 
 def split_echoes(todo: list[Item]) -> tuple[list[Item], list[tuple[Delivery, str]]]:
