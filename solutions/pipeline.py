@@ -11,7 +11,8 @@ overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth
 2. wait for its turn: the runs before it on the same lane keys have recorded their charges;
 3. begin: the dedupe strategy decides, per message, do it, skip it as a duplicate (ack), or
    leave it (someone else holds its lease);
-4. work: the handler, holding one of ``--parallelism`` slots. A failure is not acked (the
+4. work: the handler, holding one of ``--parallelism`` slots (an instant handler needs none:
+   its runs work one after another). A failure is not acked (the
    message will be redelivered) unless this was delivery number ``max_attempts``: then the
    DLQ. The strategy's mark is undone either way;
 5. record: the charges in one ledger transaction. If that fails (another process holds the
