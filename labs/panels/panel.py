@@ -1,4 +1,4 @@
-"""A live panel for a stream and one consumer group: XPENDING per consumer, lag, stream age.
+"""A live panel for a stream and one consumer group: XPENDING per consumer, lag, oldest pending age.
 
 >>> panel = StreamPanel(url, stream="orders", group="billing", max_duration_s=30).start()
 >>> display(panel.widget)          # in a notebook: updates live while cells run
@@ -47,7 +47,7 @@ STOP_WORDS = {"stop()": "работа закончилась"}
 
 def describe(sample: PanelSample) -> str:
     """One sample's figures: ``XLEN 120 · в PEL 7 · lag 3``."""
-    lag = "?" if sample.lag is None else str(sample.lag)
+    lag = "—" if sample.lag is None else str(sample.lag)  # Redis cannot tell (or no group yet)
     return f"XLEN {sample.length} · в PEL {sample.pending} · lag {lag}"
 
 
@@ -59,7 +59,11 @@ def stop_words(reason: str | None, max_duration_s: float) -> str:
 
 
 class StreamPanel:
-    """Live XPENDING per consumer, group lag and stream age of ``stream``/``group``."""
+    """Live XPENDING per consumer, group lag and the oldest pending entry's age of ``stream``/``group``.
+
+    The title defaults to the stream's name without a random prefix and the group's name
+    (``orders · группа billing``); the status line says in words what the panel is doing.
+    """
 
     def __init__(
         self,
