@@ -97,6 +97,10 @@ class Cell:
         )
         self.producer = spawn(argv, self.home / "producer.log")
 
+    def signal_producer(self, sig: int) -> None:
+        if self.producer is not None and self.producer.poll() is None:
+            self.producer.send_signal(sig)
+
     def stop_producer(self) -> None:
         if self.producer is not None:
             _stop(self.producer, signal.SIGINT)

@@ -6,7 +6,9 @@ Definitions (the report repeats them):
 - **duplicated**: events charged more than once (``charges`` is never deduplicated);
 - **downtime**: the longest gap between consecutive charges from the last charge before
   the fault until the producer stopped (without a fault: over the whole load);
-- **recover, first charge**: fault -> first charge of an event sent after the fault;
+- **recover, first charge**: fault -> first charge of an event sent after the fault (after a
+  failover: sent after the promotion, since replies the old master wrote just before the
+  kill still arrive in the first milliseconds after it);
 - **recover, backlog**: fault -> first sample where pending and lag are back to their
   pre-fault maximum (under load they are never 0: work in flight and failures waiting
   for the rescuer);
@@ -124,6 +126,7 @@ def measure(mode: str, strategy: str, r: CellRecord) -> CellResult:
     if mode == "failover":
         missing = sorted(confirmed - r.stream_events)
         res.missing_on_new_master, res.missing_ids = len(missing), missing[:SHOWN]
-    sent_after = {s.event_id for s in r.sends if r.fault_t is not None and s.t > r.fault_t}
+    since = r.promoted_t if r.promoted_t is not None else r.fault_t
+    sent_after = {s.event_id for s in r.sends if since is not None and s.t > since}
     _timing(r, res, sent_after)
     return res

@@ -23,7 +23,7 @@ class GroupState:
     """``XINFO GROUPS`` / ``XINFO STREAM`` of one group: pending, lag, last delivered id."""
 
     pending: int
-    lag: int
+    lag: int | None
     last_delivered_id: str
     length: int
 
@@ -49,8 +49,8 @@ def _id_key(msg_id: str) -> tuple[int, int]:
 def group_state(client: redis.Redis, stream: str, group: str) -> GroupState | None:
     """``XINFO GROUPS`` and ``XINFO STREAM`` in one pipeline; None when the group does not exist yet.
 
-    The lag is Redis's own when it knows it, else computed from the last delivered id
-    against the stream's last generated id (0 when they are equal).
+    The lag is Redis's own when it knows it, else 0 when the last delivered id is the
+    stream's last generated id, else None (unknown: Redis 7.0 cannot tell after some failovers).
     """
     try:
         with client.pipeline(transaction=False) as pipe:
@@ -63,9 +63,10 @@ def group_state(client: redis.Redis, stream: str, group: str) -> GroupState | No
         if g.get("name") == group:
             last = str(g.get("last-delivered-id") or "0-0")
             lag = g.get("lag")
-            if lag is None:
-                lag = 0 if last == str(info.get("last-generated-id")) else -1
-            return GroupState(int(g.get("pending") or 0), int(lag), last, int(info.get("length") or 0))
+            if lag is None and last == str(info.get("last-generated-id")):
+                lag = 0
+            known = None if lag is None else int(lag)
+            return GroupState(int(g.get("pending") or 0), known, last, int(info.get("length") or 0))
     return None
 
 

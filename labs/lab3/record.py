@@ -74,6 +74,7 @@ class CellRecord:
     t0: float = 0.0
     produce_end: float = 0.0
     fault_t: float | None = None
+    promoted_t: float | None = None
     settled_t: float | None = None
     acked_not_done: list[str] | None = None
 

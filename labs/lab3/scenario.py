@@ -62,6 +62,7 @@ class Phase:
         self.client = master_client(first.sentinels, first.master_name)
         self.fault: dict[str, Any] = {}
         self.fault_t: float | None = None
+        self.promoted_t: float | None = None
         self.acked_not_done: dict[str, list[str]] = {}
         self._threads: list[threading.Thread] = []
 
@@ -101,11 +102,23 @@ class Phase:
             return sum(1 for c in self.client.client_list() if c.get("cmd") == "xreadgroup")
         return 0
 
+    def start_producers(self) -> None:
+        """Start every cell's producer and wait until each has logged a send (they start slowly
+        on a busy machine; the load counts from when all of them run)."""
+        for cell in self.cells:
+            cell.start_producer()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        for cell in self.cells:
+            while not (cell.sent_log.exists() and cell.sent_log.stat().st_size > 0):
+                if cell.producer is not None and cell.producer.poll() is not None:
+                    raise LabError(f"{cell.name}: the producer exited with {cell.producer.poll()}; see {cell.home}")
+                if time.monotonic() > deadline:
+                    raise LabError(f"{cell.name}: the producer sent nothing in {READY_TIMEOUT_S:.0f} s")
+                time.sleep(0.05)
+
     def load(self, t0: float) -> float:
         """Run the producers for the mode's duration, with the fault; returns when they stopped."""
         produce_s = self.s.produce_s_for(self.mode)
-        for cell in self.cells:
-            cell.start_producer()
         faulted = self.mode == "normal"
         while (elapsed := time.time() - t0) < produce_s:
             if not faulted and elapsed >= self.s.fault_at_s:
@@ -113,9 +126,12 @@ class Phase:
                 faulted = True
             self.notify(f"{self.mode}: load {elapsed:.0f}/{produce_s:.0f} s", elapsed / produce_s)
             time.sleep(POLL_S)
+        for cell in self.cells:  # all at once: the cells stop together
+            cell.signal_producer(signal.SIGINT)
+        stopped = time.time()
         for cell in self.cells:
             cell.stop_producer()
-        return time.time()
+        return stopped
 
     def inject(self) -> None:
         self.fault_t = time.time()
@@ -130,6 +146,7 @@ class Phase:
                 self._kill_master()
             else:
                 result = launcher.failover(hard=False, timeout_s=FAILOVER_TIMEOUT_S)
+                self.promoted_t = time.time()
                 self.fault.update(kind="SENTINEL FAILOVER", old=result.old_master, new=result.new_master,
                                   promoted_after_s=result.elapsed_s)
         except Exception as exc:
@@ -148,7 +165,8 @@ class Phase:
         self.fault_t = time.time()
         topo.server(old[1]).kill(signal.SIGKILL)
         new = topo.wait_new_master(old, deadline)
-        self.fault.update(kind="kill -9", old=old, new=new, promoted_after_s=time.time() - self.fault_t)
+        self.promoted_t = time.time()
+        self.fault.update(kind="kill -9", old=old, new=new, promoted_after_s=self.promoted_t - self.fault_t)
         topo.wait_switched(new, deadline)
         topo.start(topo.server(old[1]))
         topo.wait_ready(FAILOVER_TIMEOUT_S)
@@ -216,13 +234,14 @@ class Phase:
             stream_events=stream_events,
             pending_end=state.pending if state else -1,
             pending_end_by_consumer=pending_by_consumer(self.client, cell.stream, GROUP),
-            lag_end=state.lag if state else -1,
+            lag_end=state.lag if state and state.lag is not None else -1,
             samples=sampler.samples[cell.name],
             logs=read_logs([cell.worker_log(c) for c in WORKERS]),
             exits=[e.__dict__ for e in cell.exits],
             t0=t0,
             produce_end=produce_end,
             fault_t=self.fault_t,
+            promoted_t=self.promoted_t,
             settled_t=settled,
             acked_not_done=self.acked_not_done.get(cell.name),
         )
@@ -236,6 +255,7 @@ class Phase:
             marks["workers ready"] = time.monotonic()
             sentinels, name = self.cells[0].sentinels, self.cells[0].master_name
             with Sampler(self.cells, sentinels, name, self.s.sample_interval_s) as sampler:
+                self.start_producers()
                 t0 = time.time()
                 produce_end = self.load(t0)
                 marks["load"] = time.monotonic()

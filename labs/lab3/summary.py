@@ -39,7 +39,7 @@ DEFINITIONS = (
     "in charges. DLQ: dead-lettered. Redeliv: failed attempts that were delivered again. "
     "Downtime: the longest gap between consecutive charges from the fault until the producer "
     "stopped (normal: over the whole load). 1st charge: fault -> first charge "
-    "of an event sent after the fault. Backlog: fault -> pending and lag back to their "
+    "of an event sent after the fault (failover: after the promotion). Backlog: fault -> pending and lag back to their "
     "pre-fault maximum (under load they are never 0). Drain: producer stopped -> "
     "pending = 0 and lag = 0. Missing on new master: confirmed sends whose event is not in the stream "
     "after the failover. Reclaimed and redeliveries come from the worker logs, every other "
