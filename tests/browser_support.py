@@ -319,8 +319,8 @@ def _measure_and_shoot(page: Any, report: RunReport, screens: Path, stem: str) -
     report.screenshots.append(shot)
 
 
-def _replay(page: Any, report: RunReport, timeout_s: float = 15.0) -> None:
-    """Click the first panel's replay button; collect the replay's status texts."""
+def _replay(page: Any, report: RunReport, shot: Path, timeout_s: float = 15.0) -> None:
+    """Click the first panel's replay button; collect the replay's status texts, take one shot."""
     button = page.locator(f"{PANEL} button").first
     if page.locator(PANEL).count() == 0 or not button.is_enabled():
         return
@@ -330,6 +330,8 @@ def _replay(page: Any, report: RunReport, timeout_s: float = 15.0) -> None:
         text = page.locator(PANEL_STATUS).first.inner_text()
         if "повтор" in text and text not in report.replay_statuses:
             report.replay_statuses.append(text)
+            if len(report.replay_statuses) == 2:
+                _panel_screenshot(page, shot, report)
         time.sleep(0.1)
 
 
@@ -347,7 +349,7 @@ def run_all(context: Any, server: JupyterServer, notebook: str, screens: Path, t
         _watch(page, report, screens, stem, timeout_s)
         _measure_and_shoot(page, report, screens, stem)
         if report.finished:
-            _replay(page, report)
+            _replay(page, report, screens / f"{stem}-panel-replay.png")
     finally:
         with contextlib.suppress(Exception):
             page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
