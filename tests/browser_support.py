@@ -44,7 +44,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-VIEWPORT = {"width": 1366, "height": 900}  # a classroom projector's size
+# A classroom projector's size; BROWSER_VIEWPORT=1920x1080 tries another.
+_WIDTH, _HEIGHT = (int(v) for v in os.environ.get("BROWSER_VIEWPORT", "1366x900").split("x"))
+VIEWPORT = {"width": _WIDTH, "height": _HEIGHT}
 PANEL = ".stream-panel"
 PANEL_STATUS = ".stream-panel-status"
 PANEL_PLOT = ".stream-panel .js-plotly-plot"
