@@ -13,13 +13,14 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.typing import EncodableT, FieldT
 
 PRODUCE_BATCH = 1000
 CEILING_COUNT = 100
 BLOCK_MS = 1000
 
 
-def order_fields(i: int) -> dict[str, str]:
+def order_fields(i: int) -> dict[FieldT, EncodableT]:
     """The billing message shape from DESIGN.md, with a unique event_id."""
     return {
         "type": "order.paid",

@@ -50,7 +50,7 @@ async def _load(topo: Topology, stream: str, stop: asyncio.Event) -> None:
     i = 0
     while not stop.is_set():
         try:
-            await client.xadd(stream, order_fields(i))  # type: ignore[arg-type]
+            await client.xadd(stream, order_fields(i))
             i += 1
             await asyncio.sleep(LOAD_INTERVAL_S)
         except (redis.RedisError, OSError):
