@@ -34,6 +34,7 @@ def test_measure_counts_lost_duplicated_and_missing() -> None:
     assert res.duplicated == 1 and res.duplicate_ids == ["e2"]
     assert res.dead_lettered == 1 and res.unknown_but_charged == 1
     assert res.missing_on_new_master == 1 and res.missing_ids == ["e4"]
+    assert res.lost_by_redis == 1  # e4 never reached the new master: no worker could charge it
     assert (res.reclaimed, res.redeliveries, res.drain_complete) == (3, 4, 3)
     assert res.recover_first_charge_s == pytest.approx(105.0 - 104.5)  # e6, sent at 106, charged at 105
 

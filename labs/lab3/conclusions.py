@@ -103,8 +103,21 @@ def lost_sentence(runs: Sequence[Run]) -> str | None:
     lost = [r for r in runs if r.result.lost]
     if not lost:
         return "No run lost a confirmed event."
-    where = ", ".join(f"{r.variant}/{r.strategy} {r.result.lost}" for r in lost)
-    return f"Confirmed events lost (neither charged nor dead-lettered): {where}."
+    parts = []
+    for r in lost:
+        by_redis = r.result.lost_by_redis
+        part = f"{r.variant}/{r.strategy} {r.result.lost}"
+        if by_redis:
+            part += f" ({by_redis} of them dropped by Redis itself, {r.result.lost - by_redis} by the worker)"
+        parts.append(part)
+    text = "Confirmed events lost (neither charged nor dead-lettered): " + ", ".join(parts) + "."
+    worker_side = [r for r in lost if r.result.lost > r.result.lost_by_redis]
+    if any(r.strategy == "sqlite" for r in worker_side):
+        text += " UNEXPECTED for sqlite: an event Redis delivered was acked without its charge."
+    if any(r.strategy == "redis" for r in worker_side):
+        text += (" With the redis marker such a loss fits its known weak spot: when the marker survives "
+                 "and the work does not, the redelivery is skipped as a duplicate.")
+    return text
 
 
 def conclusions(runs: Sequence[Run], s: Lab3Settings) -> list[str]:

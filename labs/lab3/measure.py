@@ -14,6 +14,8 @@ Definitions (the report repeats them):
   for the rescuer);
 - **confirm gap**: the longest gap between confirmed sends, measured like the downtime;
 - **settle**: producer stopped -> pending = 0 and lag = 0;
+- **lost by Redis**: lost events that are also missing on the new master (no worker could
+  have charged them: Redis itself dropped the write);
 - **missing on new master**: confirmed sends whose event is not in the stream afterwards
   (with no MAXLEN, only a failover can remove a confirmed entry).
 """
@@ -51,6 +53,7 @@ class CellResult:
     settle_s: float | None = None
     confirm_gap_s: float | None = None
     missing_on_new_master: int | None = None
+    lost_by_redis: int = 0
     unknown_but_charged: int = 0
     pending_end: int = 0
     lag_end: int = 0
@@ -126,6 +129,8 @@ def measure(mode: str, strategy: str, r: CellRecord) -> CellResult:
     if mode == "failover":
         missing = sorted(confirmed - r.stream_events)
         res.missing_on_new_master, res.missing_ids = len(missing), missing[:SHOWN]
+        res.lost_by_redis = len(set(lost) & set(missing))
+        res.lost_ids = sorted(set(lost) - set(missing))[:SHOWN] or res.lost_ids
     since = r.promoted_t if r.promoted_t is not None else r.fault_t
     sent_after = {s.event_id for s in r.sends if since is not None and s.t > since}
     _timing(r, res, sent_after)
