@@ -40,7 +40,11 @@ def test_sqlite_loses_nothing_and_charges_once_in_every_mode(lab: Lab3Report) ->
     assert {r.variant for r in sqlite} == {"normal", "failover", "failover+wait", "sigterm"}
     for run in sqlite:
         assert run.result.confirmed > 100, run.variant
-        assert (run.result.lost, run.result.duplicated) == (0, 0), (run.variant, run.result)
+        # Without WAIT a kill -9 may drop the last confirmed writes in Redis itself (no worker can
+        # charge an entry that is gone); every other loss is the worker's, and there must be none.
+        dropped_by_redis = run.result.lost_by_redis if run.variant == "failover" else 0
+        assert run.result.lost == dropped_by_redis, (run.variant, run.result)
+        assert run.result.duplicated == 0, (run.variant, run.result)
 
 
 def test_sigterm_drains_and_exits_zero(lab: Lab3Report) -> None:
