@@ -8,7 +8,16 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
 from labs.launcher.ports import free_port
-from labs.panels.scrape import ScrapeError, WorkerNumbers, fetch_metrics, parse_metrics, scrape, worker_numbers
+from labs.panels.scrape import (
+    Quantile,
+    ScrapeError,
+    WorkerNumbers,
+    fetch_metrics,
+    histogram_quantile,
+    parse_metrics,
+    scrape,
+    worker_numbers,
+)
 
 pytestmark = pytest.mark.timeout(30)
 LABELS = ("stream", "group", "consumer")
@@ -54,6 +63,7 @@ def test_scrape_reads_counters_gauges_and_a_histogram(served: Served) -> None:
     assert first.group_lag is None  # not exported here: None, not 0
     assert first.lag_count == 2 and first.lag_mean_s == pytest.approx(0.2)
     assert first.lag_last_s == 0.3  # the gauge beside the histogram
+    assert dict(first.lag_buckets)[0.25] == 1 and dict(first.lag_buckets)[float("inf")] == 2  # cumulative
     processed.labels("o", "b", "w2").inc(5)  # a second worker behind the same endpoint: summed
     lag.labels("o", "b", "w1").observe(1.0)
     second = scrape(url)
@@ -77,3 +87,18 @@ def test_unreachable_endpoint_and_garbage_are_scrape_errors() -> None:
         fetch_metrics(f"http://127.0.0.1:{free_port()}/metrics", timeout_s=0.5)
     with pytest.raises(ScrapeError):
         parse_metrics("this is { not prometheus\n")
+
+
+def test_histogram_quantile_interpolates_inside_the_bucket() -> None:
+    registry = CollectorRegistry()
+    lag = Histogram("billing_processing_lag_seconds", "lag", buckets=(0.1, 0.5, 1.0), registry=registry)
+    for seconds in [0.05] * 50 + [0.3] * 40 + [0.8] * 10:
+        lag.observe(seconds)
+    buckets = worker_numbers(parse_metrics(generate_latest(registry).decode())).lag_buckets
+    assert buckets == ((0.1, 50.0), (0.5, 90.0), (1.0, 100.0), (float("inf"), 100.0))
+    assert histogram_quantile(0.5, buckets) == Quantile(0.1, 0.0, 0.1)  # rank 50 ends the first bucket
+    middle, high = histogram_quantile(0.7, buckets), histogram_quantile(0.99, buckets)
+    assert middle and (middle.lower, middle.upper) == (0.1, 0.5) and middle.value == pytest.approx(0.3)  # 20 of 40
+    assert high and (high.lower, high.upper) == (0.5, 1.0) and high.value == pytest.approx(0.95)
+    assert histogram_quantile(0.99, ((0.1, 0.0), (float("inf"), 0.0))) is None
+    assert histogram_quantile(0.99, ((0.1, 1.0), (float("inf"), 5.0))) == Quantile(0.1, 0.1, float("inf"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -39,7 +40,7 @@ class ScrapeError(RuntimeError):
 
 
 def fetch_metrics(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> dict[str, float]:
-    """GET ``url`` and flatten it: sample name -> value summed over label sets (no buckets)."""
+    """GET ``url`` and flatten it with :func:`parse_metrics`."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             text = response.read().decode("utf-8", errors="replace")
@@ -49,14 +50,20 @@ def fetch_metrics(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> dict[str, fl
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Text exposition -> ``{sample name: value}``, skipping ``_bucket`` and ``_created`` series."""
+    """Text exposition -> ``{sample name: value}``, values summed over label sets.
+
+    Histogram buckets keep their bound: ``name_bucket{le="0.25"}``; ``_created`` series are left out.
+    """
     flat: dict[str, float] = {}
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name.endswith(("_bucket", "_created")):
+                if sample.name.endswith("_created"):
                     continue
-                flat[sample.name] = flat.get(sample.name, 0.0) + float(sample.value)
+                key = sample.name
+                if key.endswith("_bucket"):
+                    key = f'{key}{{le="{sample.labels.get("le", "+Inf")}"}}'
+                flat[key] = flat.get(key, 0.0) + float(sample.value)
     except ValueError as exc:
         raise ScrapeError(f"not the Prometheus text format: {exc}") from exc
     return flat
@@ -77,6 +84,7 @@ class WorkerNumbers:
     lag_last_s: float | None = None  # a gauge: the lag of the last processed message
     lag_sum_s: float | None = None  # a histogram: sum and count of every observed lag
     lag_count: float | None = None
+    lag_buckets: tuple[tuple[float, float], ...] = ()  # (upper bound, cumulative count), ascending
 
     @property
     def lag_mean_s(self) -> float | None:
@@ -101,14 +109,48 @@ def _first(flat: dict[str, float], names: tuple[str, ...]) -> float | None:
 
 def worker_numbers(flat: dict[str, float]) -> WorkerNumbers:
     """Pick the billing series out of a flattened scrape."""
-    values = {key: _first(flat, names) for key, names in SERIES.items()}
+    values: dict[str, Any] = {key: _first(flat, names) for key, names in SERIES.items()}
     last = _first(flat, LAST_PROCESSING_LAG)
     lag_name = next((n for n in PROCESSING_LAG if n in flat or f"{n}_count" in flat), None)
     if lag_name is not None and f"{lag_name}_count" in flat:
         return WorkerNumbers(
-            **values, lag_last_s=last, lag_sum_s=flat.get(f"{lag_name}_sum"), lag_count=flat[f"{lag_name}_count"]
+            **values, lag_last_s=last, lag_sum_s=flat.get(f"{lag_name}_sum"), lag_count=flat[f"{lag_name}_count"],
+            lag_buckets=_buckets(flat, lag_name),
         )
     return WorkerNumbers(**values, lag_last_s=flat.get(lag_name) if lag_name else last)
+
+
+def _buckets(flat: dict[str, float], name: str) -> tuple[tuple[float, float], ...]:
+    prefix = f'{name}_bucket{{le="'
+    pairs = [(float(key[len(prefix):-2]), value) for key, value in flat.items() if key.startswith(prefix)]
+    return tuple(sorted(pairs))
+
+
+@dataclass(frozen=True)
+class Quantile:
+    """A quantile estimated from histogram buckets, and the bucket it falls in."""
+
+    value: float
+    lower: float
+    upper: float
+
+
+def histogram_quantile(q: float, buckets: tuple[tuple[float, float], ...]) -> Quantile | None:
+    """Prometheus's ``histogram_quantile``: find the bucket holding rank ``q * total`` and
+    interpolate linearly inside it (the lowest bucket starts at 0; a rank in ``+Inf`` gives the
+    highest finite bound). None without observations."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            if upper == float("inf"):
+                return Quantile(lower, lower, upper)
+            share = (rank - below) / (count - below) if count > below else 1.0
+            return Quantile(lower + (upper - lower) * share, lower, upper)
+        lower, below = upper, count
+    return None
 
 
 def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> WorkerNumbers:
