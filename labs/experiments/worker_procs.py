@@ -1,9 +1,9 @@
 """``billing-worker`` and ``billing-producer`` as subprocesses, and the facts to check them by.
 
 The experiments of notebook 07 drive workers only through the lab contract: the console
-scripts' flags (``python -m solutions.billing`` / ``solutions.producer`` by default, or any
-command a student points ``WORKER`` / ``PRODUCER`` at), the SQLite ``charges`` table, and
-the group's PEL. Every wait polls a condition with a deadline.
+scripts' flags (``python -m solutions.billing`` by default, or the command in ``$WORKER``, as
+lab 3 does; the producer is always ``python -m solutions.producer``), the SQLite ``charges``
+table, and the group's PEL. Every wait polls a condition with a deadline.
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ def worker_command() -> list[str]:
 
 
 def producer_command() -> list[str]:
-    """The producer to run: ``$PRODUCER`` or the reference one."""
-    custom = os.environ.get("PRODUCER")
-    return shlex.split(custom) if custom else [sys.executable, "-m", "solutions.producer"]
+    """The producer: always the reference one (as in lab 3, only the worker is swapped)."""
+    return [sys.executable, "-m", "solutions.producer"]
 
 
 def flags(**values: Any) -> list[str]:
