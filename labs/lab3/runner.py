@@ -12,7 +12,6 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from labs import launcher
 from labs.lab3.cell import Cell
 from labs.lab3.contract import WorkerSpec
 from labs.lab3.measure import CellResult, measure
+from labs.lab3.probe import master_client
 from labs.lab3.record import CellRecord
 from labs.lab3.scenario import Notify, Phase
 from labs.lab3.settings import Lab3Settings
@@ -100,8 +100,6 @@ def run_phases(s: Lab3Settings, spec: WorkerSpec, notify: Notify | None = None,
 
 def delete_keys(runs: LabRuns) -> int:
     """Delete the run's keys (streams, DLQs, dedupe markers) from the master; returns how many."""
-    from labs.lab3.probe import master_client
-
     addrs = launcher.ensure("sentinel")
     client = master_client(addrs.sentinels, addrs.master_name or "mymaster")
     try:
@@ -119,5 +117,3 @@ def copy_records(runs: LabRuns, folder: Path) -> None:
         target = folder / "cells" / f"r{run.repeat}" / run.home.name
         shutil.copytree(run.home, target, dirs_exist_ok=True)
 
-
-Progress = Callable[[str, float], None]
