@@ -9,6 +9,9 @@ import pytest
 import redis
 
 from labs.lab1 import run as lab1_run
+from labs.lab1.record import Sample
+from labs.lab1.scenario import run_scenario
+from labs.lab1.settings import PRESETS, Lab1Settings
 from solutions import lab1
 
 
@@ -85,3 +88,36 @@ def test_quick_lab_passes_and_writes_its_report(tmp_path: Path, capsys: pytest.C
     assert set(report["data"]["latency"]) == {"no MAXLEN", "MAXLEN ~ 10000", "MAXLEN = 10000"}
     html = (folder / "report.html").read_text()
     assert html.count('class="plotly-graph-div"') == 3
+
+
+def test_backlog_and_work_ms_default_to_the_course() -> None:
+    # 0 and 0: `make lab-1` and its presets send the same events as before.
+    assert (Lab1Settings().backlog, Lab1Settings().work_ms, Lab1Settings().messages) == (0, 0, 1000)
+    assert PRESETS["smoke"].messages == PRESETS["smoke"].paced_messages == 60
+    assert Lab1Settings(backlog=30, produce_s=1.0).messages == 30 + 10
+    with pytest.raises(ValueError, match="negative"):
+        Lab1Settings(backlog=-1)
+
+
+def test_backlog_is_written_before_the_consumers_and_drains(
+    redis_client: redis.Redis, redis_url: str, key_prefix: str
+) -> None:
+    stream = f"{key_prefix}orders"
+    # 100 events at once, 20 ms of work each, 2 consumers: at least 1 s of lag to drain
+    settings = Lab1Settings(
+        backlog=100, work_ms=20, count=5, produce_s=0.5, produce_interval_ms=50, block_ms=200,
+        rescue_interval_ms=300, min_idle_ms=300, drain_timeout_s=20.0, sample_interval_ms=100,
+    )  # fmt: skip
+    lags: list[int] = []
+
+    def watch(phase: str, sample: Sample) -> None:
+        lags.append(int(redis_client.xinfo_groups(stream)[0]["lag"]))
+
+    result = run_scenario(lab1, redis_url, settings, stream=stream, on_progress=watch)
+    rec = result.recorder
+    assert result.drained and result.pending_end == 0
+    assert sorted(s.counter for s in rec.sent) == list(range(1, settings.messages + 1))  # 100 + 10
+    backlog_sent = max(s.t_s for s in rec.sent if s.counter <= settings.backlog)
+    assert backlog_sent <= min(h.t_s for h in rec.handled)  # all written before any work began
+    assert max(lags) > 0 == int(redis_client.xinfo_groups(stream)[0]["lag"])
+    assert result.produce_s + result.drain_s >= 100 * 0.020 / 2  # the work took its time

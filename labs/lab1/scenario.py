@@ -3,15 +3,16 @@
 :func:`run_scenario` drives an implementation module (the reference ``solutions.lab1`` or a
 student's file with the same functions) against a real Redis:
 
-1. ``ensure_group``; the producer calls ``produce_one`` every ``produce_interval_ms``;
+1. ``ensure_group``; the producer writes ``backlog`` events at once (0 in the course), then
+   the consumers start and the producer calls ``produce_one`` every ``produce_interval_ms``;
 2. each consumer calls ``consume_once`` in a loop; the rescuer calls ``rescue_once`` every
    ``rescue_interval_ms`` with ``min_idle_ms``, keeping its cursor between rounds;
 3. after ``produce_s`` the producer stops and the run drains: it waits (with a deadline)
    until every sent event was processed and XPENDING is empty, then stops the threads.
 
-The work (``handle``) is the scenario's: it fails the first attempt at every
-``fail_every``-th event and records every call, including whether the message was still
-in the PEL at that moment.
+The work (``handle``) is the scenario's: it takes ``work_ms`` (0 in the course), fails the
+first attempt at every ``fail_every``-th event and records every call, including whether the
+message was still in the PEL at that moment.
 """
 
 from __future__ import annotations
@@ -46,9 +47,11 @@ class SimulatedFailure(RuntimeError):
 class Work:
     """The simulated work: records each call; the first attempt at every n-th event fails."""
 
-    def __init__(self, client: redis.Redis, stream: str, group: str, fail_every: int, rec: Recorder) -> None:
+    def __init__(
+        self, client: redis.Redis, stream: str, group: str, fail_every: int, rec: Recorder, work_ms: int = 0
+    ) -> None:
         self.client, self.stream, self.group = client, stream, group
-        self.fail_every, self.rec = fail_every, rec
+        self.fail_every, self.rec, self.work_s = fail_every, rec, work_ms / 1000
         self._attempts: dict[int, int] = {}
         self._lock = threading.Lock()
 
@@ -59,6 +62,8 @@ class Work:
     def __call__(self, msg_id: str, fields: Mapping[str, str], worker: str) -> None:
         counter = int(fields["counter"])
         in_pel = self.in_pel(msg_id)
+        if self.work_s:
+            time.sleep(self.work_s)  # the work itself
         with self._lock:
             attempt = self._attempts[counter] = self._attempts.get(counter, 0) + 1
         fails = counter % self.fail_every == 0 and attempt == 1
@@ -98,7 +103,7 @@ class Scenario:
         self.stream, self.group = stream, group
         self.rec = Recorder()
         self.probe = _client(url, settings)
-        self.work = Work(_client(url, settings), stream, group, settings.fail_every, self.rec)
+        self.work = Work(_client(url, settings), stream, group, settings.fail_every, self.rec, settings.work_ms)
         self.produced = threading.Event()
         self.stop = threading.Event()
         self.cursor = "0-0"
@@ -117,22 +122,36 @@ class Scenario:
         finally:
             self.produced.set()
 
+    def write_backlog(self) -> bool:
+        """Events ``1..backlog`` at once, before any consumer runs; False if the producer cannot send."""
+        client = _client(self.url, self.s)
+        try:
+            return all(self._send(client, counter) for counter in range(1, self.s.backlog + 1))
+        finally:
+            client.close()
+
+    def _send(self, client: redis.Redis, counter: int) -> bool:
+        """One ``produce_one``, recorded; False when the implementation is a stub."""
+        try:
+            msg_id = self.impl.produce_one(client, self.stream, counter, maxlen=self.s.maxlen)
+        except NotImplementedError as exc:
+            self.rec.add_error("producer", exc)
+            return False
+        except Exception as exc:
+            self.rec.add_send_error(counter, exc)
+            return True
+        self.rec.add_sent(counter, str(msg_id))
+        return True
+
     def _produce_all(self, client: redis.Redis) -> None:
         interval_s = self.s.produce_interval_ms / 1000
         next_t = time.monotonic()
-        for counter in range(1, self.s.messages + 1):
+        for counter in range(self.s.backlog + 1, self.s.messages + 1):
             if self.stop.wait(max(0.0, next_t - time.monotonic())):
                 break
             next_t += interval_s
-            try:
-                msg_id = self.impl.produce_one(client, self.stream, counter, maxlen=self.s.maxlen)
-            except NotImplementedError as exc:
-                self.rec.add_error("producer", exc)
+            if not self._send(client, counter):
                 break
-            except Exception as exc:
-                self.rec.add_send_error(counter, exc)
-                continue
-            self.rec.add_sent(counter, str(msg_id))
 
     def consume(self, name: str) -> None:
         client = _client(self.url, self.s)
@@ -189,8 +208,12 @@ class Scenario:
         sent = {s.counter for s in self.rec.sent}
         return sample.pending == 0 and sent <= self.rec.handled_counters()
 
-    def start_threads(self) -> list[threading.Thread]:
-        targets: list[tuple[str, Callable[[], None]]] = [("producer", self.produce), (RESCUER, self.rescue)]
+    def start_threads(self, produce: bool = True) -> list[threading.Thread]:
+        targets: list[tuple[str, Callable[[], None]]] = [(RESCUER, self.rescue)]
+        if produce:
+            targets.append(("producer", self.produce))
+        else:
+            self.produced.set()
         targets += [(name, functools.partial(self.consume, name)) for name in CONSUMERS]
         threads = [threading.Thread(target=fn, name=f"lab1-{name}", daemon=True) for name, fn in targets]
         for thread in threads:
@@ -212,7 +235,7 @@ def run_scenario(
     sc.probe.delete(stream)
     sc.ensure_group()
     result = ScenarioResult(settings, stream, group, sc.rec)
-    threads = sc.start_threads()
+    threads = sc.start_threads(produce=sc.write_backlog())
     pause_s = settings.sample_interval_ms / 1000
     started = time.monotonic()
     try:

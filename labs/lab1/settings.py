@@ -7,10 +7,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, kw_only=True)
 class Lab1Settings:
-    """How long and how fast lab 1 runs. The defaults are the course's values."""
+    """How long and how fast lab 1 runs. The defaults are the course's values.
+
+    ``backlog`` and ``work_ms`` are not in the course (both 0 there): a backlog of events
+    written at once before the consumers start, and a pause inside the simulated work, so
+    that a demo can show the group's lag rise and drain (notebook 04's panel).
+    """
 
     produce_s: float = 100.0
     produce_interval_ms: int = 100
+    backlog: int = 0
+    work_ms: int = 0
     maxlen: int = 1000
     block_ms: int = 2000
     count: int = 10
@@ -37,15 +44,22 @@ class Lab1Settings:
         for name, value in positive.items():
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
+        if self.backlog < 0 or self.work_ms < 0:
+            raise ValueError(f"backlog and work_ms cannot be negative, got {self.backlog}, {self.work_ms}")
         if self.fail_every < 2:
             raise ValueError(f"fail_every must be at least 2, got {self.fail_every}")
-        if self.messages < 1:
+        if self.paced_messages < 1:
             raise ValueError("produce_s is shorter than one produce interval: nothing would be sent")
 
     @property
-    def messages(self) -> int:
-        """How many events the producer sends."""
+    def paced_messages(self) -> int:
+        """How many events the producer sends one per ``produce_interval_ms``."""
         return int(self.produce_s * 1000 // self.produce_interval_ms)
+
+    @property
+    def messages(self) -> int:
+        """How many events the producer sends in all: the backlog, then the paced ones."""
+        return self.backlog + self.paced_messages
 
     @property
     def socket_timeout_s(self) -> float:
