@@ -81,3 +81,11 @@ def test_conclusions_call_out_the_unexpected(tmp_path: Path) -> None:
     runs = [Run(1, "normal", "sqlite", bad, record(), tmp_path)]
     text = " ".join(conclusions(runs, PRESETS["quick"]))
     assert "UNEXPECTED" in text and "normal/sqlite 1" in text
+
+
+def test_repeated_cells_show_median_and_range() -> None:
+    from labs.lab3.summary import _cell
+
+    assert _cell([606, 602, 610]) == "606 [602..610]"
+    assert _cell([0, 0, 0]) == 0 and _cell([None, None]) is None
+    assert _cell([0.1, 0.13]) == "0.12 [0.10..0.13]"

@@ -54,12 +54,22 @@ def spread(values: Sequence[Any]) -> dict[str, Any]:
     return {"min": min(known), "median": statistics.median(known), "max": max(known)}
 
 
+def _num(value: Any, ints: bool) -> str:
+    if ints:
+        return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
+    return f"{value:.2f}"
+
+
 def _cell(values: Sequence[Any]) -> Any:
-    s = spread(values)
-    if len(values) == 1 or s["min"] == s["max"]:
-        return s["median"] if s["median"] is None or not isinstance(s["median"], float) else round(s["median"], 2)
-    fmt = "{:.2f}" if any(isinstance(v, float) for v in values if v is not None) else "{}"
-    return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}..{fmt.format(s['max'])}]"
+    """One value as it is; several as ``median [min..max]`` (or the value when they agree)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return None
+    ints = all(isinstance(v, int) for v in known)
+    s = spread(known)
+    if s["min"] == s["max"]:
+        return s["min"] if ints else round(float(s["min"]), 2)
+    return f"{_num(s['median'], ints)} [{_num(s['min'], ints)}..{_num(s['max'], ints)}]"
 
 
 def groups(runs: Sequence[Run]) -> dict[tuple[str, str], list[CellResult]]:
