@@ -1,6 +1,6 @@
 """``make lab-3`` (``python -m labs.lab3``): the three modes, the report, the checks.
 
-Options: ``--quick`` (about 2 minutes instead of about 5), ``--repeat N``, ``--failover
+Options: ``--quick`` (about 2 minutes instead of about 3.5), ``--repeat N``, ``--failover
 graceful`` (SENTINEL FAILOVER instead of kill -9), ``--strategies``, ``--modes``, ``--worker
 CMD`` (default ``$WORKER``, else the reference), ``--env-only`` (pass the worker its settings
 in the environment only). Exit code 0 when every check passes, 1 when one fails, 2 when the
@@ -79,7 +79,7 @@ def run_lab(
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m labs.lab3", description="Lab 3: a billing worker under faults.")
-    p.add_argument("--quick", action="store_true", help="about 2 minutes instead of about 5")
+    p.add_argument("--quick", action="store_true", help="about 2 minutes instead of about 3.5")
     p.add_argument("--repeat", type=int, default=1, help="run every cell N times; the table shows median [min..max]")
     p.add_argument("--failover", choices=FAILOVER_KINDS, default="hard", help="kill -9 (hard) or SENTINEL FAILOVER")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated dedupe strategies")

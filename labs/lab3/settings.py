@@ -82,8 +82,8 @@ class Lab3Settings:
 
 
 PRESETS: dict[str, Lab3Settings] = {
-    # About 4 minutes on 2 cores: 40 s of load per mode, 60 s around the failover.
+    # About 3.5 minutes on 2 cores: 40 s of load per mode, 60 s around the failover.
     "full": Lab3Settings(),
-    # About 2 minutes: the same rates, shorter load.
+    # About 1.5-2 minutes: the same rates, shorter load.
     "quick": Lab3Settings(produce_s=12.0, failover_produce_s=22.0, fault_at_s=6.0, restart_after_s=2.0),
 }
