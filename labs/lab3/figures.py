@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from labs.lab3.runner import Run
@@ -35,17 +36,18 @@ def mode_figure(variant: str, runs: Sequence[Run]) -> Any:
         vertical_spacing=0.06,
         subplot_titles=("charges per second (SQLite ledger)", "group lag (XINFO GROUPS)", "pending (XPENDING)"),
     )
-    for run in runs:
+    palette = qualitative.Plotly
+    for i, run in enumerate(runs):
         label = f"{run.variant}/{run.strategy}"
+        line = {"color": palette[i % len(palette)]}  # one colour per cell in all three rows
         x, y = throughput(run)
-        fig.add_trace(go.Scatter(x=x, y=y, name=label, mode="lines", legendgroup=label), row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=y, name=label, mode="lines", legendgroup=label, line=line), row=1, col=1)
         t = [s.t - run.record.t0 for s in run.record.samples]
         lag = [s.lag for s in run.record.samples]
         pending = [s.pending for s in run.record.samples]
-        fig.add_trace(go.Scatter(x=t, y=lag, name=label, mode="lines", legendgroup=label, showlegend=False),
-                      row=2, col=1)
-        fig.add_trace(go.Scatter(x=t, y=pending, name=label, mode="lines", legendgroup=label, showlegend=False),
-                      row=3, col=1)
+        for row, values in ((2, lag), (3, pending)):
+            fig.add_trace(go.Scatter(x=t, y=values, name=label, mode="lines", legendgroup=label, line=line,
+                                     showlegend=False), row=row, col=1)
     first = runs[0].record
     if first.fault_t is not None:
         fig.add_vline(x=first.fault_t - first.t0, line_dash="dash", line_color="red")
