@@ -29,7 +29,7 @@ CHECK_COLUMNS = ("check", "result", "detail")
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
-table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; }
+table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; display: block; max-width: 100%; overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.6rem; text-align: left; }
 th { background: #f3f3f3; }
 .pass { color: #17803d; font-weight: bold; } .fail { color: #c0262d; font-weight: bold; }
