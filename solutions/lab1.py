@@ -133,12 +133,13 @@ def rescue_once(
 
     ``XAUTOCLAIM stream group rescuer min_idle_ms cursor COUNT count`` moves the messages idle
     for at least ``min_idle_ms`` to ``rescuer``. It does not say whose they were, so the owners
-    are read first with ``XPENDING stream group IDLE min_idle_ms cursor + count``. Returns the
+    are read first with ``XPENDING stream group IDLE min_idle_ms/2 cursor + count`` (half: an
+    entry that crosses min idle between the two calls still has its owner). Returns the
     cursor for the next round (``0-0`` once the PEL was scanned to its end) and the journal.
     """
     # region solution: owners via XPENDING IDLE, then XAUTOCLAIM; handle + XACK each; journal who took whose
     pending: list[dict[str, Any]] = client.xpending_range(
-        stream, group, min=cursor, max="+", count=count, idle=min_idle_ms
+        stream, group, min=cursor, max="+", count=count, idle=min_idle_ms // 2
     )
     owners = {str(p["message_id"]): (str(p["consumer"]), int(p["times_delivered"])) for p in pending}
     reply: list[Any] = client.xautoclaim(
