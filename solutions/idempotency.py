@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import secrets
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -193,23 +194,33 @@ class RedisTwoPhase(RedisMarker):
 
     def __init__(self, deps: Deps) -> None:
         super().__init__(deps)
-        self.token = f"lease:{deps.consumer}:{secrets.token_hex(4)}".encode()
+        self.token_prefix = f"lease:{deps.consumer}:{secrets.token_hex(4)}:"
+        self._leases = itertools.count(1)
         self._lease = deps.client.register_script(LEASE_LUA)
 
     async def begin(self, events: list[OrderEvent]) -> list[Verdict]:
-        """``SET key lease NX PX lease_ms GET`` per event: free -> proceed, ``done`` -> duplicate, leased -> busy."""
-        replies = await self._lease(keys=self.keys(events), args=[self.token, self.deps.lease_ms])
-        return [self._verdict(bytes(reply) or None) for reply in replies]
+        """``SET key lease NX PX lease_ms GET`` per event: free -> proceed, ``done`` -> duplicate, leased -> busy.
 
-    def _verdict(self, previous: bytes | None) -> Verdict:
-        if previous is None or previous == self.token:
-            return Verdict.PROCEED
-        return Verdict.DUPLICATE if previous == DONE else Verdict.BUSY
+        Each call leases with a token of its own, so a lease this worker took for another
+        message of the same event (a re-send beside a reclaimed original, in another run, or
+        in the same batched call) is busy like anyone else's: one of the two is charged, the
+        other is retried later, when the ``done`` marker makes it a duplicate.
+        """
+        token = f"{self.token_prefix}{next(self._leases)}"
+        replies = await self._lease(keys=self.keys(events), args=[token, self.deps.lease_ms])
+        return [_lease_verdict(bytes(reply)) for reply in replies]
 
     async def acknowledge(self, events: Sequence[OrderEvent]) -> None:
         """``SET key done EX ttl`` for each event and ``XACK`` them all, atomically."""
         ids = [event.msg_id for event in events]
         await self.deps.acks.ack_marking_done(ids, self.keys(events), self.deps.ttl_s)
+
+
+def _lease_verdict(previous: bytes) -> Verdict:
+    """What ``SET ... NX GET`` answered: nothing (the lease is ours now), ``done``, or someone's lease."""
+    if not previous:
+        return Verdict.PROCEED
+    return Verdict.DUPLICATE if previous == DONE else Verdict.BUSY
 
 
 STRATEGIES: dict[str, Callable[[Deps], Strategy]] = {
