@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -75,7 +76,7 @@ def _reading_flags(p: argparse.ArgumentParser) -> None:
     _flag(g, "group", "billing", "consumer group (created with MKSTREAM if missing)")
     _flag(g, "consumer", default_consumer(), "consumer name, unique per process (default: <hostname>-<pid>)")
     g = p.add_argument_group("reading and concurrency")
-    _flag(g, "count", 16, "XREADGROUP COUNT: the prefetch per read")
+    _flag(g, "count", 16, "XREADGROUP COUNT: entries per read (a batch size; it bounds one read, not the work in hand)")
     _flag(g, "block-ms", 2000, "XREADGROUP BLOCK in ms (the socket timeout is set above it)")
     _flag(g, "parallelism", 8, "handlers running at once")
     _flag(
@@ -162,6 +163,12 @@ def configure_logging(level: str, consumer: str) -> None:
     )
 
 
+def _ignore_late_signals() -> None:
+    """The drain is over and the process returns 0 next: a late SIGINT/SIGTERM must not turn that into -15."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the worker; bad flags exit 2 and a worker that cannot start exits 1, each with one line."""
     parser = build_parser()
@@ -173,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level, settings.consumer)
     try:
         asyncio.run(Worker(settings).run(handle_signals=True))
+        _ignore_late_signals()
     except KeyboardInterrupt:  # a signal before the handlers were installed: nothing was in flight
         log.info("drain complete: interrupted before the worker started")
     except sqlite3.Error as exc:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from solutions.acks import Acks
-from solutions.connection import Client, connect
+from solutions.connection import Client, connect, describe
 from solutions.failover_watch import FailoverWatch
 from solutions.handler import BillingHandler, Handler
 from solutions.idempotency import Deps, make_strategy
@@ -91,18 +91,15 @@ class Worker:
     def counts(self) -> Snapshot:
         return self.metrics.snapshot()
 
-    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
-        installed: list[int] = []
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-                installed.append(sig)
-        return installed
 
     def _on_signal(self, sig: int) -> None:
         name = signal.Signals(sig).name
         if self._stop_requested:  # a second signal (or one sent to the process and its group): one line, no restart
-            log.info("%s again (pid %s): already draining", name, os.getpid())
+            log.info("%s again (pid %s): already stopping", name, os.getpid())
             return
         log.info("received %s (pid %s): stop reading and drain (up to %ss)", name, os.getpid(),
                  self.settings.drain_timeout_s)
@@ -117,7 +114,8 @@ class Worker:
         self._stop = stop = asyncio.Event()
         if self._stop_requested:
             stop.set()
-        installed = self._install_signals(self._loop) if handle_signals else []
+        if handle_signals:
+            self._install_signals(self._loop)
         client = self.client or connect(
             redis_url=s.redis_url,
             sentinels=s.sentinels,
@@ -128,14 +126,14 @@ class Worker:
             await asyncio.to_thread(self.ledger.open)
             tasks = await self._start(client, stop)
         except BaseException:
-            await self._close(client, installed)
+            await self._close(client)
             raise
         self.started.set()
         try:
             await stop.wait()
         finally:
             self.summary = summary = await self._drain(tasks, client)
-            await self._close(client, installed)
+            await self._close(client)
         return summary
 
     async def _start(self, client: Client, stop: asyncio.Event) -> list[asyncio.Task[None]]:
@@ -168,10 +166,10 @@ class Worker:
             tasks.append(asyncio.create_task(watch.run(), name="failover-watch"))
         return tasks
 
-    async def _close(self, client: Client, installed: list[int]) -> None:
-        if self._loop is not None:
-            for sig in installed:
-                self._loop.remove_signal_handler(sig)
+    async def _close(self, client: Client) -> None:
+        # The signal handlers stay until the loop closes (asyncio.run removes them): a signal
+        # that arrives after the drain, such as a second SIGTERM sent to the process group, is
+        # logged by _on_signal instead of killing the process on its way out with -15.
         if self.client is None:
             with contextlib.suppress(Exception):
                 await client.aclose()
@@ -241,7 +239,7 @@ class Worker:
             try:
                 await self.refresh_gauges(client)
             except Exception as exc:
-                log.warning("metrics refresh failed: %r", exc)
+                log.warning("metrics refresh failed: %s", describe(exc))
             log.info("metrics %s", self.metrics.values.line())
 
     async def refresh_gauges(self, client: Client) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import signal
@@ -170,3 +171,32 @@ def test_drain_waits_for_a_commit_on_its_way(
     assert at_drain_complete.charged == [6], "drain complete came before the commit on its way"
     # Charged but never acked (their runs were cancelled): left pending, not acked without a charge.
     assert pending_ids(client, s.stream, s.group) == set(left)
+
+
+@pytest.mark.slow
+def test_repeated_sigterm_during_and_after_the_drain_still_exits_0(
+    redis_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    # systemd and shells signal a whole process group, and an impatient operator presses twice:
+    # signals keep coming while the worker drains and after it has logged 'drain complete'.
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    stream, ledger, log = f"{key_prefix}orders", tmp_path / "ledger.sqlite3", tmp_path / "worker.log"
+    ids = produce(client, stream, 40, orders=10)
+    proc = spawn("solutions.billing", *worker_args(redis_url, stream, ledger, "w1", handler_delay_ms=300),
+                 log_path=log)
+    with reaped(proc):
+        wait_until(lambda: charges(ledger), 15, "the first charge")
+        signals = 0
+        deadline = time.monotonic() + 20
+        while proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+                signals += 1
+            time.sleep(0.02)
+        assert proc.wait(5) == 0
+    text = log.read_text()
+    assert signals > 1
+    assert text.count("drain complete") == 1, text[-2000:]
+    assert "already stopping" in text, text[-2000:]
+    charged = {msg_id for _, _, msg_id, _ in charges(ledger)}
+    assert _delivered(client, stream, ids) - pending_ids(client, stream, "billing") <= charged, "acked, not charged"

@@ -22,20 +22,7 @@ def test_kill_inside_the_handler_then_rescue_and_resend(
     assert (run.effects, run.pending_left) == (effects, 0)
 
 
-@pytest.mark.parametrize(
-    "dedupe",
-    [
-        pytest.param(
-            "redis-2phase",
-            marks=pytest.mark.xfail(
-                reason="known bug, reported: RedisTwoPhase treats a key leased with its own token as PROCEED, "
-                "so a re-send handled beside the reclaimed original is charged twice",
-                strict=False,
-            ),
-        ),
-        "sqlite",
-    ],
-)
+@pytest.mark.parametrize("dedupe", ["redis-2phase", "sqlite"])
 def test_a_resend_beside_the_reclaimed_original_is_charged_once(
     redis_url: str, key_prefix: str, tmp_path: Path, dedupe: str
 ) -> None:
