@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import redis
+from billing_support import wait_until
 
 from labs.launcher.topology import Topology
 from labs.panels.figure import PALETTE, consumer_colour, short_key
 from labs.panels.panel import StreamPanel
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 5.0, poll_s: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll_s)
-    return bool(predicate())
 
 
 def _status(panel: StreamPanel) -> str:
@@ -67,7 +58,7 @@ def test_pending_grows_as_a_consumer_fails(redis_client: redis.Redis, key_prefix
         for i in range(5):
             redis_client.xadd(stream, {"i": i})
             redis_client.xreadgroup("billing", "billing-2", {stream: ">"}, count=1)  # never acked
-            assert wait_until(lambda n=i + 1: _pending_of(panel, "billing-2") == n)
+            wait_until(lambda n=i + 1: _pending_of(panel, "billing-2") == n, 5, "the panel's state")
     finally:
         panel.stop()
     series = [s.pending_by_consumer.get("billing-2", 0) for s in panel.samples]
@@ -103,7 +94,7 @@ def test_stops_by_itself_after_max_duration(redis_client: redis.Redis, key_prefi
     panel = StreamPanel(
         _url(redis_client), stream=f"{key_prefix}s", group="g", refresh_s=0.05, max_duration_s=0.5
     ).start()
-    assert wait_until(lambda: not panel.running, timeout_s=5)
+    wait_until(lambda: not panel.running, 5, "the panel's state")
     assert panel.stop_reason is not None and panel.stop_reason.startswith("max_duration_s")
     assert "остановлена: прошло 0.5 с" in _status(panel)
     assert panel.samples and panel.samples[-1].t_s < 0.5
@@ -113,12 +104,12 @@ def test_a_redis_error_is_shown_and_does_not_kill_the_thread(redis_client: redis
     stream = f"{key_prefix}s"
     redis_client.set(stream, "not a stream")  # WRONGTYPE on every sample
     with StreamPanel(_url(redis_client), stream=stream, group="g", refresh_s=0.02) as panel:
-        assert wait_until(lambda: panel.errors >= 2)
+        wait_until(lambda: panel.errors >= 2, 5, "the panel's state")
         assert panel.running
         assert "WRONGTYPE" in _status(panel) and "ошибка Redis" in _status(panel)
         redis_client.delete(stream)
         redis_client.xadd(stream, {"i": 1})
-        assert wait_until(lambda: bool(panel.samples) and panel.samples[-1].length == 1, timeout_s=8)
+        wait_until(lambda: bool(panel.samples) and panel.samples[-1].length == 1, 8, "the panel's state")
 
 
 def test_survives_a_dead_server_and_resumes(topology_factory: Callable[..., Topology]) -> None:
@@ -128,12 +119,12 @@ def test_survives_a_dead_server_and_resumes(topology_factory: Callable[..., Topo
     with StreamPanel(topo.url, stream="orders", group="billing", refresh_s=0.05) as panel:
         assert panel.wait_for_samples(1)
         topo.kill()
-        assert wait_until(lambda: panel.errors >= 1)
+        wait_until(lambda: panel.errors >= 1, 5, "the panel's state")
         assert panel.running
         assert "ошибка Redis" in _status(panel)
         topo.ensure()  # a new empty server (no persistence) on the same port
         before = len(panel.samples)
-        assert wait_until(lambda: len(panel.samples) > before, timeout_s=10)
+        wait_until(lambda: len(panel.samples) > before, 10, "the panel's state")
     assert panel.samples[-1].length == 0
     client.close()
 
@@ -156,7 +147,7 @@ def test_status_is_in_words_and_the_title_has_no_random_prefix(redis_client: red
     redis_client.xadd(stream, {"i": 0})
     panel = StreamPanel(_url(redis_client), stream=stream, group="billing", refresh_s=0.05).start()
     try:
-        assert wait_until(lambda: "идёт:" in _status(panel))
+        wait_until(lambda: "идёт:" in _status(panel), 5, "the panel's state")
         assert "XLEN 1 · в PEL 0 · lag 1" in _status(panel)
     finally:
         panel.stop()
@@ -208,11 +199,11 @@ def test_replay_redraws_the_recorded_samples(redis_client: redis.Redis, key_pref
     with panel:
         for i in range(3):
             redis_client.xadd(stream, {"i": i})
-            assert wait_until(lambda n=i + 1: bool(panel.samples) and panel.samples[-1].length == n)
+            wait_until(lambda n=i + 1: bool(panel.samples) and panel.samples[-1].length == n, 5, "the panel's state")
     recorded = panel.samples
     assert not panel._figure.replay_button.disabled
     panel.replay(speed=10.0)
-    assert wait_until(lambda: not panel.replaying, timeout_s=10)
+    wait_until(lambda: not panel.replaying, 10, "the panel's state")
     assert "повтор окончен" in _status(panel)
     assert list(panel._figure.figure.data[0].x) == [s.t_s for s in recorded]
     assert panel.samples == recorded  # a replay records nothing new

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import time
 
 import pytest
 import redis
+from billing_support import wait_until
 
 from labs.experiments.persistence import count_present, write_acknowledged
 from labs.experiments.replication import (
@@ -21,14 +21,6 @@ from labs.launcher.topology import Topology
 pytestmark = [pytest.mark.failover, pytest.mark.timeout(60)]
 
 
-def _wait_until_linked(client: redis.Redis, timeout_s: float = 10.0) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if wait_replicas(client, 1, 200) == 1:
-            return 1
-    return 0
-
-
 def test_wait_counts_no_replica_while_the_link_is_cut_and_one_after(sentinel_topology: Topology) -> None:
     master = redis.Redis.from_url(sentinel_topology.url, decode_responses=True)
     with contextlib.closing(master):
@@ -38,7 +30,7 @@ def test_wait_counts_no_replica_while_the_link_is_cut_and_one_after(sentinel_top
             assert linked_replicas(master) == 0
             assert wait_replicas(master, 1, 100) == 0
             assert count_present(master, "orders", ids) == 20, "WAIT is not a rollback"
-        assert _wait_until_linked(master) == 1
+        wait_until(lambda: wait_replicas(master, 1, 200) == 1, 10, "WAIT to count the relinked replica")
         with contextlib.closing(replica.client()) as on_replica:
             assert count_present(on_replica, "orders", ids) == 20
 
