@@ -55,6 +55,10 @@ def mode_figure(variant: str, runs: Sequence[Run]) -> Any:
                            font={"color": "red"}, xanchor="left")
     fig.add_vline(x=first.produce_end - first.t0, line_dash="dot", line_color="gray")
     fig.update_xaxes(title_text="seconds since the load started", row=3, col=1)
+    # From 0, so a lag that stays at 0 reads as 0 rather than as a line in the middle of -1..1.
+    fig.update_yaxes(rangemode="tozero")
+    for row, title in ((1, "charges/s"), (2, "entries"), (3, "entries")):
+        fig.update_yaxes(title_text=title, row=row, col=1)
     fig.update_layout(height=720, title=f"Lab 3, mode {variant}: charges, lag and pending over time")
     return fig
 
