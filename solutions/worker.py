@@ -99,7 +99,7 @@ class Worker:
     def _on_signal(self, sig: int) -> None:
         name = signal.Signals(sig).name
         if self._stop_requested:  # a second signal (or one sent to the process and its group): one line, no restart
-            log.info("%s again (pid %s): already stopping", name, os.getpid())
+            log.info("%s again (pid %s): already draining", name, os.getpid())
             return
         log.info("received %s (pid %s): stop reading and drain (up to %ss)", name, os.getpid(),
                  self.settings.drain_timeout_s)

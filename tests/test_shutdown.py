@@ -197,6 +197,6 @@ def test_repeated_sigterm_during_and_after_the_drain_still_exits_0(
     text = log.read_text()
     assert signals > 1
     assert text.count("drain complete") == 1, text[-2000:]
-    assert "already stopping" in text, text[-2000:]
+    assert "already draining" in text, text[-2000:]
     charged = {msg_id for _, _, msg_id, _ in charges(ledger)}
     assert _delivered(client, stream, ids) - pending_ids(client, stream, "billing") <= charged, "acked, not charged"
