@@ -8,28 +8,48 @@ written in three formats.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from labs import launcher
 from labs.lab3 import run_lab
 from labs.lab3.probe import master_client
-from labs.lab3.run import Lab3Report
+from labs.lab3.run import Lab3Report, _progress_fn
 from labs.lab3.runner import delete_keys
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab3Report]:
-    seen: list[str] = []
+    seen: list[tuple[str, float]] = []
     result = run_lab(quick=True, reports_dir=tmp_path_factory.mktemp("lab3-reports"),
-                     progress=lambda text, fraction: seen.append(text), keep_keys=True)
+                     progress=lambda text, fraction: seen.append((text, fraction)), keep_keys=True)
     assert seen, "progress was never reported"
+    phases = len(result.runs.phases)
+    assert seen[0][0].startswith(f"[1/{phases}] ") and seen[-1][0].startswith(f"[{phases}/{phases}] ")
+    fractions = [fraction for _, fraction in seen]
+    assert fractions == sorted(fractions) and fractions[0] >= 0 and fractions[-1] <= 1.0
     yield result
     delete_keys(result.runs)
+
+
+def test_progress_without_a_terminal_is_one_line_per_step() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=120)  # not a terminal: a log, a pipe, CI
+    with _progress_fn(console) as show:
+        for second in range(5):
+            show(f"[1/3] normal: load {second}/30 s", second / 90)
+        show("[1/3] normal: drain, 3 cell(s) with pending or lag", 1 / 3)
+        show("[2/3] failover: load 0/30 s", 1 / 3)
+    lines = out.getvalue().splitlines()
+    assert [line.split("%  ", 1)[1] for line in lines] == [
+        "[1/3] normal: load 0/30 s", "[1/3] normal: drain, 3 cell(s) with pending or lag", "[2/3] failover: load 0/30 s"
+    ]
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.failover, pytest.mark.timeout(420)]

@@ -10,10 +10,14 @@ lab cannot run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -30,6 +34,7 @@ from labs.report import Report, ReportPaths, print_report, write_report
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[str, float], None]
+HEARTBEAT_S = 15.0  # without a terminal: a progress line at least this often
 
 
 @dataclass
@@ -105,6 +110,26 @@ def _progress(console: Console) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console)
 
 
+@contextlib.contextmanager
+def _progress_fn(console: Console) -> Iterator[ProgressFn]:
+    """A live bar on a terminal; in a log or a pipe (CI, ``| tee``) one line per new step."""
+    if console.is_terminal:
+        with _progress(console) as bar:
+            task = bar.add_task("starting", total=1.0)
+            yield lambda text, fraction: bar.update(task, description=text, completed=min(1.0, fraction))
+        return
+    started = time.monotonic()
+    last: dict[str, Any] = {"step": "", "at": 0.0}
+
+    def line(text: str, fraction: float) -> None:
+        step, now = re.sub(r"\d+", "#", text), time.monotonic()
+        if step != last["step"] or now - last["at"] >= HEARTBEAT_S:
+            last.update(step=step, at=now)
+            console.print(f"{now - started:6.1f} s {min(1.0, fraction):5.0%}  {escape(text)}", highlight=False)
+
+    yield line
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
@@ -116,12 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     console.print(f"lab 3: modes {', '.join(s.modes)} x dedupe {', '.join(s.strategies)}, repeat {s.repeat} ...")
     try:
-        with _progress(console) as bar:
-            task = bar.add_task("starting", total=1.0)
-
-            def show(text: str, fraction: float) -> None:
-                bar.update(task, description=text, completed=min(1.0, fraction))
-
+        with _progress_fn(console) as show:
             result = run_lab(settings=s, worker=args.worker, env_only=args.env_only, progress=show,
                              reports_dir=args.reports_dir, keep_keys=args.keep_keys)
     except (LauncherError, LabError) as exc:

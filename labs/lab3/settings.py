@@ -9,6 +9,7 @@ one run last many minutes) and says by how much in the report.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 MODES = ("normal", "failover", "sigterm")
 STRATEGIES = ("none", "redis", "sqlite")
@@ -76,9 +77,9 @@ class Lab3Settings:
     def produce_s_for(self, mode: str) -> float:
         return self.failover_produce_s if mode == "failover" else self.produce_s
 
-    def with_options(self, **changes: object) -> Lab3Settings:
+    def with_options(self, **changes: Any) -> Lab3Settings:
         """A copy with some fields changed (validated again)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
+        return replace(self, **changes)
 
 
 PRESETS: dict[str, Lab3Settings] = {
