@@ -22,9 +22,6 @@ or Redis is shown in the status line and retried with a backoff; it never kills 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from types import TracebackType
 from typing import Any
 
 import redis
@@ -33,6 +30,7 @@ from redis.retry import Retry
 
 from labs.panels.dashboard_figure import DashboardFigure
 from labs.panels.dashboard_sample import DashboardSample, rate, settled_for, verdict_of
+from labs.panels.monitor import MonitorThread
 from labs.panels.scrape import SCRAPE_TIMEOUT_S, WorkerNumbers, scrape
 from labs.panels.streams_info import StreamStats, read_stream_stats
 
@@ -44,8 +42,14 @@ MAX_SAMPLES = 5000
 JOIN_TIMEOUT_S = SCRAPE_TIMEOUT_S + 2 * REDIS_TIMEOUT_S + MAX_BACKOFF_S
 
 
-class MetricsDashboard:
-    """Live charts of one worker's metrics endpoint (and, optionally, its stream in Redis)."""
+class MetricsDashboard(MonitorThread[DashboardSample]):
+    """Live charts of one worker's metrics endpoint (and, optionally, its stream in Redis).
+
+    The thread's machinery (start, stop, waits, backoff) is :class:`~labs.panels.monitor.MonitorThread`.
+    """
+
+    max_backoff_s = MAX_BACKOFF_S
+    join_timeout_s = JOIN_TIMEOUT_S
 
     def __init__(
         self,
@@ -59,95 +63,35 @@ class MetricsDashboard:
         idle_stop_s: float | None = None,
         title: str = "billing-worker: метрики",
     ) -> None:
-        if refresh_s <= 0 or max_duration_s <= 0:
-            raise ValueError("refresh_s and max_duration_s must be positive")
+        super().__init__(refresh_s=refresh_s, max_duration_s=max_duration_s)
         self.metrics_url = metrics_url
         self.redis_url = redis_url
         self.stream = stream
         self.group = group
-        self.refresh_s = refresh_s
-        self.max_duration_s = max_duration_s
         self.idle_stop_s = idle_stop_s
         self.problems = 0
-        self.stop_reason: str | None = None
-        self._samples: list[DashboardSample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._redis: redis.Redis | None = None
         self.figure = DashboardFigure(title)
-
-    # -- public API -----------------------------------------------------------------
 
     @property
     def widget(self) -> Any:
         """The ipywidgets container to ``display()``: status line above four charts."""
         return self.figure.widget
 
-    @property
-    def samples(self) -> list[DashboardSample]:
-        """A copy of the samples taken since the last :meth:`start`."""
-        with self._lock:
-            return list(self._samples)
+    # -- the hooks of the thread ----------------------------------------------------
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+    def _thread_name(self) -> str:
+        return "metrics-dashboard"
 
-    def start(self) -> MetricsDashboard:
-        """Start refreshing from a daemon thread (a no-op while running); returns self."""
-        if self.running:
-            return self
-        self._stop.clear()
-        self.stop_reason = None
+    def _reset(self) -> None:
         self.problems = 0
-        with self._lock:
-            self._samples = []
         self.figure.show_status("запускается")
-        self._thread = threading.Thread(target=self._run, name="metrics-dashboard", daemon=True)
-        self._thread.start()
-        return self
 
-    def stop(self) -> None:
-        """Stop after one last sample, redraw the whole history, wait for the thread (idempotent)."""
-        if self.stop_reason is None and self.running:
-            self.stop_reason = "stop()"
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(JOIN_TIMEOUT_S)
-
-    def wait_stopped(self, timeout_s: float = 10.0) -> bool:
-        """Wait until the thread has ended (by itself or by :meth:`stop`); True if it has."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout_s)
-        return not self.running
-
-    def wait_for(self, predicate: Any, timeout_s: float = 10.0) -> bool:
-        """Wait until ``predicate(samples)`` is true (or the dashboard stops); its last value."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if predicate(self.samples):
-                return True
-            if not self.running:
-                break
-            time.sleep(min(0.05, self.refresh_s))
-        return bool(predicate(self.samples))
-
-    def __enter__(self) -> MetricsDashboard:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    # -- the thread -----------------------------------------------------------------
-
-    def _client(self) -> redis.Redis | None:
+    def _open(self) -> None:
         if self.redis_url is None:
-            return None
-        return redis.Redis.from_url(
+            self._redis = None
+            return
+        self._redis = redis.Redis.from_url(
             self.redis_url,
             decode_responses=True,
             socket_timeout=REDIS_TIMEOUT_S,
@@ -156,33 +100,22 @@ class MetricsDashboard:
             client_name="metrics-dashboard",
         )
 
-    def _run(self) -> None:
-        started = time.monotonic()
-        client = self._client()
-        failures = 0
-        try:
-            while not self._stop.is_set():
-                elapsed_s = time.monotonic() - started
-                if elapsed_s >= self.max_duration_s:
-                    self.stop_reason = f"max_duration_s={self.max_duration_s:g}"
-                    break
-                failures = 0 if self._refresh(client, elapsed_s) else failures + 1
-                if self.idle_stop_s is not None and settled_for(self.samples, self.idle_stop_s):
-                    self.stop_reason = f"idle_stop_s={self.idle_stop_s:g}"
-                    break
-                pause_s = self.refresh_s if failures == 0 else min(MAX_BACKOFF_S, self.refresh_s * 2**failures)
-                self._stop.wait(min(pause_s, max(0.0, self.max_duration_s - elapsed_s)))
-            if self.stop_reason == "stop()":
-                self._refresh(client, time.monotonic() - started)  # the state at stop(), not a moment before
-        finally:
-            if client is not None:
-                client.close()
-            self._safely(lambda: self.figure.draw(self.samples, all_points=True))
-            final = f"остановлен: {self._stop_words()} · {self._words()}"
-            self._safely(lambda: self.figure.show_status(final))
+    def _early_stop_reason(self) -> str | None:
+        if self.idle_stop_s is not None and settled_for(self.samples, self.idle_stop_s):
+            return f"idle_stop_s={self.idle_stop_s:g}"
+        return None
 
-    def _refresh(self, client: redis.Redis | None, elapsed_s: float) -> bool:
+    def _finish(self) -> None:
+        """Close the client, redraw the whole history, say why it stopped."""
+        if self._redis is not None:
+            self._redis.close()
+        self._safely(lambda: self.figure.draw(self.samples, all_points=True))
+        final = f"остановлен: {self._stop_words()} · {self._words()}"
+        self._safely(lambda: self.figure.show_status(final))
+
+    def _sample(self, elapsed_s: float) -> bool:
         """Take one sample and draw it; False when the endpoint or Redis did not answer."""
+        client = self._redis
         problems: list[str] = []
         worker = stats = None
         try:

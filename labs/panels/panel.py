@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from types import TracebackType
 from typing import Any
 
 import redis
@@ -33,6 +32,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from labs.panels.figure import PanelFigure, short_key
+from labs.panels.monitor import MonitorThread
 from labs.panels.sample import PanelSample
 from labs.panels.streams_info import read_stream_stats
 
@@ -58,12 +58,16 @@ def stop_words(reason: str | None, max_duration_s: float) -> str:
     return STOP_WORDS.get(reason or "stop()", reason or "")
 
 
-class StreamPanel:
+class StreamPanel(MonitorThread[PanelSample]):
     """Live XPENDING per consumer, group lag and the oldest pending entry's age of ``stream``/``group``.
 
     The title defaults to the stream's name without a random prefix and the group's name
     (``orders · группа billing``); the status line says in words what the panel is doing.
+    The thread's machinery (start, stop, waits, backoff) is :class:`~labs.panels.monitor.MonitorThread`.
     """
+
+    max_backoff_s = MAX_BACKOFF_S
+    join_timeout_s = JOIN_TIMEOUT_S
 
     def __init__(
         self,
@@ -75,92 +79,35 @@ class StreamPanel:
         max_duration_s: float = 60.0,
         title: str | None = None,
     ) -> None:
-        if refresh_s <= 0 or max_duration_s <= 0:
-            raise ValueError("refresh_s and max_duration_s must be positive")
+        super().__init__(refresh_s=refresh_s, max_duration_s=max_duration_s)
         self.redis_url = redis_url
         self.stream = stream
         self.group = group
-        self.refresh_s = refresh_s
-        self.max_duration_s = max_duration_s
         self.errors = 0
-        self.stop_reason: str | None = None
-        self._samples: list[PanelSample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._redis: redis.Redis | None = None
         self._replay_stop = threading.Event()
         self._replay_thread: threading.Thread | None = None
         self._figure = PanelFigure(title or f"{short_key(stream)} · группа {group}")
         self._figure.on_replay(self.replay)
-
-    # -- public API -----------------------------------------------------------------
 
     @property
     def widget(self) -> Any:
         """The ipywidgets container: the plotly FigureWidget and a status label."""
         return self._figure.widget
 
-    @property
-    def samples(self) -> list[PanelSample]:
-        """A copy of the samples taken since the last :meth:`start`."""
-        with self._lock:
-            return list(self._samples)
+    # -- the hooks of the thread ----------------------------------------------------
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+    def _thread_name(self) -> str:
+        return f"panel-{self.stream}"
 
-    def start(self) -> StreamPanel:
-        """Start refreshing from a daemon thread (a no-op while running); returns self."""
-        if self.running:
-            return self
+    def _reset(self) -> None:
         self._stop_replay()
         self._figure.replay_button.disabled = True
-        self._stop.clear()
-        self.stop_reason = None
         self.errors = 0
-        with self._lock:
-            self._samples = []
         self._figure.reset()
-        self._thread = threading.Thread(target=self._run, name=f"panel-{self.stream}", daemon=True)
-        self._thread.start()
-        return self
 
-    def stop(self) -> None:
-        """Stop the thread after one last sample and wait for it (idempotent)."""
-        if self.stop_reason is None and self.running:
-            self.stop_reason = "stop()"
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(JOIN_TIMEOUT_S)
-
-    def wait_for_samples(self, count: int, timeout_s: float = 10.0) -> bool:
-        """Wait until at least ``count`` samples exist (or the panel stops); True if reached."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if len(self.samples) >= count:
-                return True
-            if not self.running:
-                break
-            time.sleep(min(0.05, self.refresh_s))
-        return len(self.samples) >= count
-
-    def __enter__(self) -> StreamPanel:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    # -- the thread -----------------------------------------------------------------
-
-    def _client(self) -> redis.Redis:
-        return redis.Redis.from_url(
+    def _open(self) -> None:
+        self._redis = redis.Redis.from_url(
             self.redis_url,
             decode_responses=True,
             socket_timeout=SOCKET_TIMEOUT_S,
@@ -169,33 +116,17 @@ class StreamPanel:
             client_name="stream-panel",
         )
 
-    def _run(self) -> None:
-        started = time.monotonic()
-        client = self._client()
-        failures = 0
-        try:
-            while not self._stop.is_set():
-                elapsed_s = time.monotonic() - started
-                if elapsed_s >= self.max_duration_s:
-                    self.stop_reason = f"max_duration_s={self.max_duration_s:g}"
-                    break
-                failures = 0 if self._refresh(client, elapsed_s) else failures + 1
-                pause_s = self.refresh_s if failures == 0 else self._backoff_s(failures)
-                self._stop.wait(min(pause_s, max(0.0, self.max_duration_s - elapsed_s)))
-            if self.stop_reason == "stop()":
-                # One last sample, so that the frozen panel shows the state at stop() rather
-                # than one taken up to refresh_s earlier.
-                self._refresh(client, time.monotonic() - started)
-        finally:
-            client.close()
-            self._show(f"остановлена: {stop_words(self.stop_reason, self.max_duration_s)} · {self._summary()}")
-            self._figure.replay_button.disabled = not self.samples
+    def _finish(self) -> None:
+        if self._redis is not None:
+            self._redis.close()
+        self._show(f"остановлена: {stop_words(self.stop_reason, self.max_duration_s)} · {self._summary()}")
+        self._figure.replay_button.disabled = not self.samples
 
-    def _backoff_s(self, failures: int) -> float:
-        return float(min(MAX_BACKOFF_S, self.refresh_s * 2 ** min(failures, 10)))
-
-    def _refresh(self, client: redis.Redis, elapsed_s: float) -> bool:
+    def _sample(self, elapsed_s: float) -> bool:
         """Take one sample and draw it; on a Redis error show it and return False."""
+        client = self._redis  # opened by _open() before the first sample
+        if client is None:
+            return False
         try:
             stats = read_stream_stats(client, self.stream, self.group)
         except Exception as exc:  # a monitor must outlive any error; the label shows it
@@ -211,9 +142,7 @@ class StreamPanel:
             stream_age_ms=stats.stream_age_ms,
             oldest_pending_age_ms=stats.oldest_pending_age_ms,
         )
-        with self._lock:
-            self._samples.append(sample)
-            history = list(self._samples)
+        history = self._append(sample)
         try:
             self._figure.draw(history)
         except Exception as exc:  # a closed comm or a widget error must not kill the thread
