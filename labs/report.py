@@ -3,7 +3,8 @@
 A runner fills a :class:`Report` (checks, tables, plotly figures, notes and the raw data)
 and calls :func:`write_report`, which creates ``reports/<name>-<timestamp>/``. The HTML page
 embeds plotly's JavaScript inline, so it opens offline. :func:`print_report` shows the same
-checks and tables in the terminal with rich. Lab 1, lab 3 and the benchmark share it.
+checks and tables in the terminal with rich; :func:`print_checks` prints a checker's PASS/FAIL
+lines and returns its exit code. Lab 1, lab 3 and the benchmark share it.
 """
 
 from __future__ import annotations
@@ -220,3 +221,16 @@ def print_report(console: Console, report: Report, *, max_rows: int = 20) -> Non
         console.print(shown)
         if len(table.rows) > max_rows:
             console.print(f"({len(table.rows) - max_rows} more rows in the report files)")
+
+
+def print_checks(console: Console, checks: Sequence[Check]) -> int:
+    """A checker's verdicts, one ``PASS``/``FAIL`` line each with its reason, and a count line.
+
+    Returns the checker's exit code: 0 when every check passed, 1 otherwise.
+    """
+    for check in checks:
+        style = "bold green" if check.passed else "bold red"
+        console.print(f"[{style}]{_verdict(check)}[/]  {escape(check.name)}\n      {escape(check.detail)}")
+    failed = sum(not c.passed for c in checks)
+    console.print(f"{len(checks) - failed} passed, {failed} failed")
+    return 1 if failed else 0

@@ -10,7 +10,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from rich.console import Console
 
-from labs.report import Check, Report, Table, print_report, write_report
+from labs.report import Check, Report, Table, print_checks, print_report, write_report
 
 
 def _report() -> Report:
@@ -57,3 +57,12 @@ def test_print_report_cuts_long_tables() -> None:
     print_report(console, report, max_rows=5)
     text = console.export_text()
     assert "25 more rows" in text and "29" not in text.split("many")[1].split("more rows")[0]
+
+
+def test_print_checks_prints_each_verdict_and_returns_the_exit_code() -> None:
+    console = Console(record=True, width=100)
+    assert print_checks(console, [Check("a [b]", True, "fine"), Check("c", False, "broken")]) == 1
+    lines = console.export_text().splitlines()
+    assert lines == ["PASS  a [b]", "      fine", "FAIL  c", "      broken", "1 passed, 1 failed"]
+    assert print_checks(Console(record=True), [Check("a", True, "ok")]) == 0
+    assert print_checks(Console(record=True), []) == 0

@@ -28,7 +28,7 @@ from labs.lab1.scenario import run_scenario
 from labs.lab1.settings import PRESETS
 from labs.launcher.errors import LauncherError
 from labs.launcher.topology import Topology
-from labs.report import Check
+from labs.report import Check, print_checks
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     console.print(f"lab 1 checks of [bold]{escape(args.impl)}[/] on {url} ({args.preset} timings) ...")
     checks = run_checks(args.impl, url, preset=args.preset)
-    for check in checks:
-        verdict = "[bold green]PASS[/]" if check.passed else "[bold red]FAIL[/]"
-        console.print(f"{verdict}  {escape(check.name)}\n      {escape(check.detail)}")
-    failed = sum(not c.passed for c in checks)
-    console.print(f"{len(checks) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return print_checks(console, checks)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from labs.lab3.run import run_lab
 from labs.lab3.scenario import LabError
 from labs.lab3.settings import MODES, PRESETS
 from labs.launcher.errors import LauncherError
-from labs.report import Check
+from labs.report import Check, print_checks
 
 
 def run_checks(worker: str | None, *, strategies: Sequence[str] = ("sqlite",), modes: Sequence[str] = MODES,
@@ -64,12 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LauncherError, ValueError) as exc:
         console.print(f"error: {escape(str(exc))}")
         return 2
-    for check in checks:
-        verdict = "[bold green]PASS[/]" if check.passed else "[bold red]FAIL[/]"
-        console.print(f"{verdict}  {escape(check.name)}\n      {escape(check.detail)}")
-    failed = sum(not c.passed for c in checks)
-    console.print(f"{len(checks) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return print_checks(console, checks)
 
 
 if __name__ == "__main__":
