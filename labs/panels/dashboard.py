@@ -25,14 +25,12 @@ import logging
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from labs.panels.dashboard_figure import DashboardFigure
 from labs.panels.dashboard_sample import DashboardSample, rate, settled_for, verdict_of
 from labs.panels.monitor import MonitorThread
 from labs.panels.scrape import SCRAPE_TIMEOUT_S, WorkerNumbers, scrape
-from labs.panels.streams_info import StreamStats, read_stream_stats
+from labs.panels.streams_info import StreamStats, read_stream_stats, snapshot_client
 
 log = logging.getLogger(__name__)
 
@@ -91,14 +89,7 @@ class MetricsDashboard(MonitorThread[DashboardSample]):
         if self.redis_url is None:
             self._redis = None
             return
-        self._redis = redis.Redis.from_url(
-            self.redis_url,
-            decode_responses=True,
-            socket_timeout=REDIS_TIMEOUT_S,
-            socket_connect_timeout=REDIS_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 0),
-            client_name="metrics-dashboard",
-        )
+        self._redis = snapshot_client(self.redis_url, timeout_s=REDIS_TIMEOUT_S, client_name="metrics-dashboard")
 
     def _early_stop_reason(self) -> str | None:
         if self.idle_stop_s is not None and settled_for(self.samples, self.idle_stop_s):

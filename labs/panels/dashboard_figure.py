@@ -20,17 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from labs.panels.style import FONT_SIZE, MIN_X_SPAN_S, figure_widget, status_html, style_layout
 
 LIVE_POINTS = 400  # while running, draw the last N samples; stop() redraws them all
 HEIGHT_PX = 600
-FONT_SIZE = 15
-MIN_X_SPAN_S = 1.0
 MIN_Y_SPAN = (5.0, 5.0, 5.0, 1.0)  # per chart: a flat 0 still shows a readable axis
 BLUE, VERMILION, ORANGE, PURPLE, GREEN, BROWN, SKY = (
     "#0072B2", "#D55E00", "#E69F00", "#CC79A7", "#009E73", "#8C564B", "#56B4E9",
@@ -79,8 +77,7 @@ class DashboardFigure:
 
     def __init__(self, title: str) -> None:
         self.title = title
-        self.figure: Any = go.FigureWidget(self._layout())
-        self.figure._config = {"responsive": True, "displaylogo": False}
+        self.figure: Any = figure_widget(self._layout())
         self.status = widgets.HTML(value=self._status_html("ещё не запущен"), layout=widgets.Layout(width="100%"))
         self.widget = widgets.VBox([self.status, self.figure], layout=widgets.Layout(width="100%"))
         self.widget.add_class("metrics-dashboard")
@@ -94,25 +91,19 @@ class DashboardFigure:
                 x=[], y=[], name=line.name, mode="lines", row=row, col=col,
                 line={"color": line.color, "dash": line.dash, "width": 3},
             )
-        fig.update_layout(
-            autosize=True,
-            height=HEIGHT_PX,
-            font={"size": FONT_SIZE},
+        style_layout(
+            fig,
+            height_px=HEIGHT_PX,
             margin={"t": 40, "b": 60, "l": 75, "r": 15},
-            template="plotly_white",
             legend={"x": 1.01, "y": 1.0, "xanchor": "left", "yanchor": "top"},
         )
         fig.update_annotations(font_size=FONT_SIZE + 1)  # the subplot titles
-        fig.update_xaxes(title_text="время, с", range=[0, MIN_X_SPAN_S])
         for (row, col), unit, span in zip(CELLS, Y_TITLES, MIN_Y_SPAN, strict=True):
             fig.update_yaxes(title_text=unit, range=[0, span], row=row, col=col)
         return fig
 
     def _status_html(self, text: str) -> str:
-        return (
-            f'<div style="font-size:{FONT_SIZE + 3}px; line-height:1.4">'
-            f"<b>{escape(self.title)}</b> — {escape(text)}</div>"
-        )
+        return status_html(self.title, text, font_px=FONT_SIZE + 3)
 
     def show_status(self, text: str) -> None:
         self.status.value = self._status_html(text)

@@ -19,26 +19,23 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable, Sequence
-from html import escape
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labs.panels.sample import PanelSample
+from labs.panels.style import FONT_SIZE, MIN_X_SPAN_S, figure_widget, status_html, style_layout
 
 MAX_CONSUMER_TRACES = 8
 MAX_POINTS = 600
 LAG_COL, AGE_COL, PENDING_COL = 1, 2, 3
 HEIGHT_PX = 400
-FONT_SIZE = 15
 # Okabe-Ito, colour-blind safe and readable on a projector (its yellow left out).
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#999999")
 LAG_COLOUR, AGE_COLOUR = "#34495E", "#8C564B"
 # Smallest y range: a flat 0 still shows a readable axis from 0.
 MIN_Y_SPAN = {PENDING_COL: 5.0, LAG_COL: 5.0, AGE_COL: 1.0}
-MIN_X_SPAN_S = 1.0
 _RANDOM_SEGMENT = re.compile(r"[0-9a-f]{8,}")
 
 
@@ -73,8 +70,7 @@ class PanelFigure:
 
     def __init__(self, title: str) -> None:
         self.title = title
-        self.figure: Any = go.FigureWidget(self._layout())
-        self.figure._config = {"responsive": True, "displaylogo": False}
+        self.figure: Any = figure_widget(self._layout())
         self.label = widgets.HTML(value=self._status_html("ещё не запущена"))
         self.replay_button = widgets.Button(
             description="повторить",
@@ -100,16 +96,13 @@ class PanelFigure:
                         showlegend=False, row=1, col=LAG_COL)
         fig.add_scatter(x=[], y=[], name="возраст", mode="lines", line={"color": AGE_COLOUR, "width": 3},
                         showlegend=False, row=1, col=AGE_COL)
-        fig.update_layout(
-            autosize=True,
-            height=HEIGHT_PX,
-            font={"size": FONT_SIZE},
+        style_layout(
+            fig,
+            height_px=HEIGHT_PX,
             margin={"t": 40, "b": 55, "l": 65, "r": 15},
-            template="plotly_white",
             legend={"x": 1.01, "y": 1.0, "xanchor": "left", "yanchor": "top", "title": {"text": "консьюмер"}},
         )
         fig.update_annotations(font_size=FONT_SIZE + 1, yshift=6)  # the subplot titles
-        fig.update_xaxes(title_text="время, с", range=[0, MIN_X_SPAN_S])
         fig.update_yaxes(rangemode="tozero")
         for col, title in ((LAG_COL, "записей"), (AGE_COL, "возраст, с"), (PENDING_COL, "записей в PEL")):
             fig.update_yaxes(title_text=title, range=[0, _y_max([], col)], row=1, col=col)
@@ -129,10 +122,7 @@ class PanelFigure:
         self.show_status("запускается")
 
     def _status_html(self, text: str) -> str:
-        return (
-            f'<div style="font-size:{FONT_SIZE + 1}px; line-height:1.4">'
-            f"<b>{escape(self.title)}</b> — {escape(text)}</div>"
-        )
+        return status_html(self.title, text, font_px=FONT_SIZE + 1)
 
     def show_status(self, text: str) -> None:
         self.label.value = self._status_html(text)

@@ -28,13 +28,11 @@ import time
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from labs.panels.figure import PanelFigure, short_key
 from labs.panels.monitor import MonitorThread
 from labs.panels.sample import PanelSample
-from labs.panels.streams_info import read_stream_stats
+from labs.panels.streams_info import read_stream_stats, snapshot_client
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +105,7 @@ class StreamPanel(MonitorThread[PanelSample]):
         self._figure.reset()
 
     def _open(self) -> None:
-        self._redis = redis.Redis.from_url(
-            self.redis_url,
-            decode_responses=True,
-            socket_timeout=SOCKET_TIMEOUT_S,
-            socket_connect_timeout=SOCKET_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 0),
-            client_name="stream-panel",
-        )
+        self._redis = snapshot_client(self.redis_url, timeout_s=SOCKET_TIMEOUT_S, client_name="stream-panel")
 
     def _finish(self) -> None:
         if self._redis is not None:

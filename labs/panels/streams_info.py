@@ -6,7 +6,9 @@ summary form of XPENDING never walks the PEL entry by entry, XRANGE reads one en
 the per-consumer counts are capped at ``max_consumers`` (the busiest ones are kept).
 
 A stream or group that does not exist yet is not an error: it reads as empty, so a panel
-can be started before the producer and the group are.
+can be started before the producer and the group are. :func:`snapshot_client` is the client a
+live panel takes its snapshots with: short timeouts and no retries, so that a dead server costs
+a panel one short wait, not a hang.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 MAX_CONSUMERS = 16
 
@@ -31,6 +35,18 @@ class StreamStats:
     stream_age_ms: int | None = None
     group_exists: bool = False
     oldest_pending_age_ms: int | None = None
+
+
+def snapshot_client(redis_url: str, *, timeout_s: float, client_name: str) -> redis.Redis:
+    """A client for a monitor thread: decoded replies, ``timeout_s`` to connect and to read, no retries."""
+    return redis.Redis.from_url(
+        redis_url,
+        decode_responses=True,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        client_name=client_name,
+    )
 
 
 def id_ms(entry_id: str | bytes) -> int:
