@@ -72,21 +72,39 @@ NOTEBOOK_STATE_JS = """
 """
 
 
-# Every text the panels' status lines take, recorded as the DOM changes: a browser slowed down
-# by a loaded machine applies queued widget updates in a burst, and polling would miss them.
-RECORD_STATUSES_JS = """
+# Every text a status line takes, recorded as the DOM changes: a browser slowed down by a
+# loaded machine applies queued widget updates in a burst, and polling would miss them.
+_RECORD_STATUSES_TEMPLATE = """
 () => {
-  window.__panelStatuses = [];
+  window.STORE = [];
   const record = () => {
-    for (const el of document.querySelectorAll('PANEL_STATUS')) {
+    for (const el of document.querySelectorAll('SELECTOR')) {
       const text = el.innerText.trim();
-      const seen = window.__panelStatuses;
+      const seen = window.STORE;
       if (text && (seen.length === 0 || seen[seen.length - 1] !== text)) seen.push(text);
     }
   };
   new MutationObserver(record).observe(document.body, {subtree: true, childList: true, characterData: true});
 }
-""".replace("PANEL_STATUS", PANEL_STATUS)
+"""
+
+
+def record_statuses_js(selector: str, store: str) -> str:
+    """JS that keeps in ``window[store]`` every distinct text the elements at ``selector`` take."""
+    return _RECORD_STATUSES_TEMPLATE.replace("SELECTOR", selector).replace("STORE", store)
+
+
+RECORD_STATUSES_JS = record_statuses_js(PANEL_STATUS, "__panelStatuses")
+
+
+def screens_dir() -> Path:
+    """Where screenshots go: ``BROWSER_TEST_SCREENS``, else a new temporary directory.
+
+    Kept after the run, so that a person can look at them.
+    """
+    path = Path(os.environ.get("BROWSER_TEST_SCREENS") or tempfile.mkdtemp(prefix="browser-test-screens-"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def chromium_skip_reason() -> str | None:

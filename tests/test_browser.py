@@ -42,9 +42,7 @@ def work_dir() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def screens() -> Path:
     """Kept after the run, so that a person can look at them."""
-    path = Path(os.environ.get("BROWSER_TEST_SCREENS") or tempfile.mkdtemp(prefix="browser-test-screens-"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return browser_support.screens_dir()
 
 
 @pytest.fixture(scope="module")

@@ -31,26 +31,12 @@ STATUS = ".metrics-dashboard-status"
 RUN_ALL_TIMEOUT_S = 150.0
 # Every text the status line takes, recorded on each DOM change (a loaded browser applies
 # queued widget updates in bursts, and polling would miss them).
-RECORD_JS = """
-() => {
-  window.__boardStatuses = [];
-  const record = () => {
-    for (const el of document.querySelectorAll('STATUS')) {
-      const text = el.innerText.trim();
-      const seen = window.__boardStatuses;
-      if (text && (seen.length === 0 || seen[seen.length - 1] !== text)) seen.push(text);
-    }
-  };
-  new MutationObserver(record).observe(document.body, {subtree: true, childList: true, characterData: true});
-}
-""".replace("STATUS", STATUS)
+RECORD_JS = browser_support.record_statuses_js(STATUS, "__boardStatuses")
 
 
 @pytest.fixture(scope="module")
 def screens() -> Path:
-    path = Path(os.environ.get("BROWSER_TEST_SCREENS") or tempfile.mkdtemp(prefix="browser-test-screens-"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return browser_support.screens_dir()
 
 
 @pytest.fixture(scope="module")
