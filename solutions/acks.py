@@ -4,6 +4,8 @@
   entries deleted from the stream while pending.
 - :meth:`Acks.ack_marking_done`: ``SET key done EX ttl`` for each event and the XACK, in one
   script (atomic like ``MULTI``): the second phase of ``redis-2phase``.
+- :meth:`Acks.give_back`: not an XACK; ``XCLAIM ... RETRYCOUNT`` undoes a delivery that Redis
+  itself made fail (out of memory, no connection), so it does not count as an attempt.
 - :meth:`Acks.dead_letter`: the XACK of the original and the XADD of its dead letter, in one
   script (atomic, and replicated as one unit). It adds the dead letter only if the XACK found
   the message pending, so two consumers that give up on the same message (one of them after
@@ -18,6 +20,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from redis.typing import StreamIdT
+
 from solutions.connection import Client
 from solutions.dlq import dead_letter_fields, dlq_stream
 from solutions.messages import Delivery
@@ -26,11 +30,17 @@ log = logging.getLogger(__name__)
 
 DONE = b"done"
 
+# XACK first: over ``maxmemory`` Redis refuses a script's first write if it is a ``denyoom``
+# command (SET, XADD) but, to keep the script atomic, lets it finish once it has written.
+# XACK is not ``denyoom``, so the markers and the ack land together under OOM too; with SET
+# first the whole call was refused, the charged message stayed pending, its lease expired and
+# the redelivery charged it again (tests/test_worker_oom.py).
 DONE_AND_ACK_LUA = """
+local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4))
 for i = 2, #KEYS do
     redis.call('SET', KEYS[i], ARGV[3], 'EX', ARGV[2])
 end
-return redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4))
+return acked
 """
 DEAD_LETTER_LUA = """
 local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
@@ -70,6 +80,15 @@ class Acks:
             return 0
         args: list[bytes | str | int] = [self.group, ttl_s, DONE, *encoded_ids(ids)]
         return int(await self._done_script(keys=[self.stream, *keys], args=args))
+
+    async def give_back(self, ids: Sequence[str], consumer: str, deliveries: int) -> None:
+        """``XCLAIM stream group consumer 0 id ... RETRYCOUNT deliveries JUSTID``: set the delivery
+        count of our pending ``ids`` back to ``deliveries`` (an attempt that Redis, not the
+        message, made fail does not use up the retry budget). Not ``denyoom``: works under OOM."""
+        if ids:
+            message_ids: list[StreamIdT] = [*encoded_ids(ids)]
+            await self.client.xclaim(self.stream, self.group, consumer, 0, message_ids,
+                                     retrycount=deliveries, justid=True)
 
     async def dead_letter(self, delivery: Delivery, error: str) -> bool:
         """XACK the original and, if it was still pending, XADD it to ``<stream>:dlq`` (one ``EVALSHA``).

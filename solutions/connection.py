@@ -21,6 +21,7 @@ from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelManage
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import (
     BusyLoadingError,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisError,
     ResponseError,
@@ -123,6 +124,12 @@ def classify(exc: BaseException) -> str:
     if isinstance(exc, RedisError):
         return "recoverable"
     return "fatal"
+
+
+def not_the_message(exc: BaseException) -> bool:
+    """Redis refused for lack of memory (OOM under ``noeviction``) or could not answer
+    (:func:`classify` says recoverable): whatever the call was for, the message is not at fault."""
+    return isinstance(exc, OutOfMemoryError) or classify(exc) == "recoverable"
 
 
 class Backoff:

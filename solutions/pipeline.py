@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from solutions.acks import Acks
 from solutions.batching import Coalescer
+from solutions.connection import describe, not_the_message
 from solutions.handler import Handler
 from solutions.idempotency import Strategy, Verdict
 from solutions.messages import Delivery, OrderEvent, PermanentError
@@ -149,8 +150,11 @@ class Pipeline:
         try:
             verdicts = await self._begins.submit([event for _, event in todo])
         except Exception as exc:
+            if not_the_message(exc):
+                await self._give_back([delivery for delivery, _ in todo], exc)
+                return []
             for delivery, _ in todo:
-                await self._failed(delivery, f"dedupe check failed: {exc!r}")
+                await self._failed(delivery, f"dedupe check failed: {describe(exc)}")
             return []
         proceed = [item for item, verdict in zip(todo, verdicts, strict=True) if verdict is Verdict.PROCEED]
         if len(proceed) < len(todo):
@@ -196,7 +200,7 @@ class Pipeline:
             applied = await self._records.submit([charge(event, consumer) for _, event in done])
         except Exception as exc:
             self.metrics.inc("errors", len(done))
-            log.warning("charge of %s messages failed, left pending for redelivery: %r", len(done), exc)
+            log.warning("charge of %s messages failed, left pending for redelivery: %s", len(done), describe(exc))
             await self._undo([event for _, event in done])  # or the redelivery looks like a duplicate
             return []
         return list(zip(done, applied, strict=True))
@@ -210,7 +214,7 @@ class Pipeline:
             # The charge is committed; the message stays pending and the strategy decides
             # on the redelivery (with ``none`` it is charged again: at least once).
             self.metrics.inc("errors", len(events))
-            log.warning("ack of %s charged messages failed, left pending: %r", len(events), exc)
+            log.warning("ack of %s charged messages failed, left pending: %s", len(events), describe(exc))
             return set()
         self.metrics.inc("acked", len(events))
         self.metrics.observe_batch(len(events), events[-1].msg_id)
@@ -226,7 +230,26 @@ class Pipeline:
         try:
             await self.strategy.abort(events)
         except Exception as exc:
-            log.warning("could not undo the dedupe marks of %s messages: %r", len(events), exc)
+            log.warning("could not undo the dedupe marks of %s messages: %s", len(events), describe(exc))
+
+    async def _give_back(self, deliveries: list[Delivery], exc: BaseException) -> None:
+        """Redis could not run the dedupe check (out of memory, no connection): not the message's
+        fault, so it is not an attempt. Leave it pending and set its delivery count back
+        (``XCLAIM ... RETRYCOUNT``), or a worker restarted under OOM a few times would
+        dead-letter good events. One line per batch, not one per message."""
+        self.metrics.inc("errors", len(deliveries))
+        by_count: dict[int, list[str]] = {}
+        for delivery in deliveries:
+            by_count.setdefault(max(delivery.deliveries - 1, 0), []).append(delivery.msg_id)
+        try:
+            for count, ids in by_count.items():
+                await self.acks.give_back(ids, self.rules.consumer, count)
+        except Exception as give_back_exc:
+            log.warning("dedupe check of %s messages failed, left pending (%s); the delivery still counts "
+                        "as an attempt: %s", len(deliveries), describe(exc), describe(give_back_exc))
+            return
+        log.warning("dedupe check of %s messages failed, left pending, not counted as an attempt: %s",
+                    len(deliveries), describe(exc))
 
     async def _skip_duplicates(self, deliveries: list[Delivery]) -> None:
         if not deliveries:
@@ -234,7 +257,7 @@ class Pipeline:
         try:
             await self._duplicates.submit([d.msg_id for d in deliveries])
         except Exception as exc:
-            log.warning("ack of %s duplicates failed, left pending: %r", len(deliveries), exc)
+            log.warning("ack of %s duplicates failed, left pending: %s", len(deliveries), describe(exc))
             return
         self.metrics.inc("acked", len(deliveries))
         self.metrics.inc("dedupe_skipped", len(deliveries))
@@ -266,7 +289,7 @@ class Pipeline:
         try:
             moved = await self.acks.dead_letter(delivery, reason)
         except Exception as exc:
-            log.warning("%s: dead-lettering failed, left pending: %r", delivery.msg_id, exc)
+            log.warning("%s: dead-lettering failed, left pending: %s", delivery.msg_id, describe(exc))
             return
         if moved:
             self.metrics.inc("dead_lettered")
