@@ -77,7 +77,7 @@ class BillingHandler:
         if self.fail_every:
             attempt = next(self._attempts)
             if attempt % self.fail_every == 0:
-                raise TransientError(f"simulated failure: attempt {attempt} (every {self.fail_every}th fails)")
+                raise TransientError(f"simulated failure: attempt {attempt} (fail every {self.fail_every})")
 
     def charge(self, event: OrderEvent, consumer: str) -> Charge:
         """The ledger row for this event."""
