@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 import redis
-from billing_support import ROOT, charge_counts, pending_ids, running, settings, until
+import redis.asyncio as aioredis
+from billing_support import ROOT, charge_counts, pending_ids, running, settings, until, wait_until
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from labs.launcher.topology import Topology
+from solutions.acks import Acks
+from solutions.idempotency import Deps, RedisMarker, Verdict
+from solutions.ledger import Ledger
+from solutions.messages import OrderEvent
 
 DOOMED = textwrap.dedent(
     """
@@ -148,3 +161,59 @@ def test_wal_is_checkpointed_in_the_background_and_stays_bounded(tmp_path: Path)
     finally:
         ledger.close()
     assert not Path(f"{path}-wal").exists()  # the last connection to close checkpointed the rest
+
+
+def test_a_marker_whose_del_failed_is_deleted_before_the_next_batch(
+    topology_factory: Callable[..., Topology], tmp_path: Path
+) -> None:
+    """``--dedupe redis``: the work fails while Redis is down, so the marker's DEL fails too.
+
+    Redis comes back with the marker (AOF here; a promoted replica in lab 3's failover), and
+    left alone it makes the event's redelivery look done: a lost event, as lab 3 measured. The
+    strategy remembers the DEL it owes and pays it first thing in its next batch.
+    """
+    topo = topology_factory("aof")
+    event, other = order_event("ev-down"), order_event("ev-other")
+
+    async def scenario() -> None:
+        ours, theirs = marker_strategy(topo.url, tmp_path / "a"), marker_strategy(topo.url, tmp_path / "b")
+        assert await ours.begin([event]) == [Verdict.PROCEED]
+        # The work fails because Redis went away, and so does the DEL of its marker.
+        with redis_down(topo), pytest.raises(redis.ConnectionError):
+            await ours.abort([event])
+        assert ours.owed == {"dedupe:ev-down"}
+        # Another worker that rescued the message now would take it for a duplicate: the danger.
+        assert await theirs.begin([event]) == [Verdict.DUPLICATE]
+        # Our next batch, of any event, deletes the owed marker first ...
+        assert await ours.begin([other]) == [Verdict.PROCEED]
+        assert ours.owed == set()
+        # ... so the redelivery proceeds, wherever it lands.
+        assert await theirs.begin([event]) == [Verdict.PROCEED]
+
+    asyncio.run(scenario())
+
+
+def order_event(event_id: str) -> OrderEvent:
+    return OrderEvent(msg_id="1-0", order_id="o-1", amount=Decimal("5.00"), event_id=event_id,
+                      type="order.paid", dedupe_key=event_id)
+
+
+@contextlib.contextmanager
+def redis_down(topo: Topology) -> Iterator[None]:
+    """kill -9 of the server (its AOF keeps what it acknowledged), then start it again."""
+    server = topo.servers[0]
+    server.kill(signal.SIGKILL)
+    wait_until(lambda: not server.ping(), 10, "the server to be gone")
+    try:
+        yield
+    finally:
+        topo.ensure()
+
+
+def marker_strategy(url: str, home: Path) -> RedisMarker:
+    """A ``redis`` strategy on its own client with a short timeout and no retries (a dead Redis fails fast)."""
+    client = aioredis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
+    home.mkdir()
+    deps = Deps(client=client, acks=Acks(client, "orders", "billing"), ledger=Ledger(home / "ledger.sqlite3"),
+                key_prefix="dedupe:", ttl_s=60, lease_ms=1000, consumer=home.name)
+    return RedisMarker(deps)
