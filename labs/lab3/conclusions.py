@@ -115,8 +115,9 @@ def lost_sentence(runs: Sequence[Run]) -> str | None:
     if any(r.strategy == "sqlite" for r in worker_side):
         text += " UNEXPECTED for sqlite: an event Redis delivered was acked without its charge."
     if any(r.strategy == "redis" for r in worker_side):
-        text += (" With the redis marker such a loss fits its known weak spot: when the marker survives "
-                 "and the work does not, the redelivery is skipped as a duplicate.")
+        text += (" With the redis marker such a loss fits its known weak spot: the marker outlived work that "
+                 "was never done (its DEL went to the old master and was not replicated, or the worker died "
+                 "between the marker and the work), so the redelivery was skipped as a duplicate.")
     return text
 
 
