@@ -7,8 +7,10 @@ it back under the limit.
 
 What Redis 7.0 refuses (``denyoom``): XADD, SET, and every command queued inside MULTI. It
 serves XREADGROUP, XACK, XAUTOCLAIM, XCLAIM, XPENDING, DEL, PEXPIRE. EVAL/EVALSHA of a script
-without flags is judged command by command: its first write is refused if it is ``denyoom``,
-but once it has written, later ``denyoom`` writes pass (the script must stay atomic).
+without flags (the worker's: no ``#!lua`` line) is judged command by command: its first write
+is refused if it is ``denyoom``, but once it has written, later ``denyoom`` writes pass (the
+script must stay atomic). A script that declares flags is refused as a whole unless it says
+``no-writes`` (or ``allow-oom``), even one that only calls XACK.
 
 So the worker: ``--dedupe redis``/``redis-2phase`` cannot take a marker or a lease and charges
 nothing, ``sqlite`` keeps charging (its only Redis write is XACK), the rescuer cannot claim
@@ -47,6 +49,8 @@ CHUNK = b"x" * (64 * 1024)
 FILLER = "cache:filler"
 EVENTS = 20
 OOM_TEXT = "command not allowed when used memory > 'maxmemory'"
+SHEBANG = "#!lua"
+XACK_LUA = "return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])"
 
 
 @pytest.fixture
@@ -147,6 +151,10 @@ def test_what_the_worker_sends_is_refused_or_served_under_oom(server: redis.Redi
                                                            justid=True)),
         "DEL": outcome(lambda: server.delete("nothing")),
         "EVAL no write": outcome(lambda: server.eval("return 1", 0)),
+        # A script that declares flags (a shebang) is judged as a whole: refused unless no-writes.
+        "EVAL #!lua, XACK": outcome(lambda: server.eval(f"{SHEBANG}\n{XACK_LUA}", 1, s.stream, s.group, ids[4])),
+        "EVAL #!lua, return 1": outcome(lambda: server.eval(f"{SHEBANG}\nreturn 1", 0)),
+        "EVAL #!lua flags=no-writes": outcome(lambda: server.eval(f"{SHEBANG} flags=no-writes\nreturn 1", 0)),
         "MULTI XPENDING XAUTOCLAIM (rescuer)": outcome(lambda: _rescuer_transaction(server, s)),
         "SET NX marker script (redis)": outcome(lambda: script(SET_NX_LUA)(keys=["m:1"], args=[1, 60])),
         "lease script (redis-2phase)": outcome(lambda: script(LEASE_LUA)(keys=["m:2"], args=["t", 1000])),
@@ -161,6 +169,7 @@ def test_what_the_worker_sends_is_refused_or_served_under_oom(server: redis.Redi
     assert got == {
         "XADD": "OOM", "SET": "OOM", "XREADGROUP": "ok", "XPENDING": "ok", "XACK": "ok", "XAUTOCLAIM": "ok",
         "XCLAIM RETRYCOUNT": "ok", "DEL": "ok", "EVAL no write": "ok",
+        "EVAL #!lua, XACK": "OOM", "EVAL #!lua, return 1": "OOM", "EVAL #!lua flags=no-writes": "ok",
         "MULTI XPENDING XAUTOCLAIM (rescuer)": "OOM",  # whatever is queued in MULTI is refused
         "SET NX marker script (redis)": "OOM", "lease script (redis-2phase)": "OOM",
         "rescuer lease, not held": "OOM", "rescuer lease, held": "ok",  # PEXPIRE is not denyoom
@@ -231,7 +240,9 @@ def test_restarts_under_oom_do_not_spend_the_retry_budget(url: str, server: redi
     fill_memory(server)
 
     async def life() -> None:
-        async with running(s):
+        async with running(s) as worker:  # each life delivers all 20 again (own pending, id 0) ...
+            await until(lambda: worker.counts.errors == EVENTS, 10, "every dedupe check to fail")
+            # ... and gives each delivery back: the count Redis keeps stays at 0 attempts
             await until(lambda: times_delivered(server, s) == [0] * EVENTS, 10, "the deliveries given back")
 
     for _ in range(3):
@@ -267,8 +278,7 @@ def test_two_phase_acks_and_marks_done_when_memory_runs_out_after_the_charge(
     """The lease is taken, then memory runs out, then the charge commits: the ``done`` markers
     and the XACK must still land. Before the fix (SET before XACK in one script) the whole
     call was refused, the leases expired, and the redelivery charged every event twice."""
-    s = settings(url, "t:", tmp_path / "ledger.sqlite3", dedupe="redis-2phase", min_idle_ms=300,
-                 claim_interval_ms=200, parallelism=EVENTS, order_key="")
+    s = settings(url, "t:", tmp_path / "ledger.sqlite3", dedupe="redis-2phase", parallelism=EVENTS, order_key="")
     backlog(server, s)
 
     async def scenario() -> None:
@@ -289,18 +299,24 @@ def test_two_phase_acks_and_marks_done_when_memory_runs_out_after_the_charge(
 
 
 def test_sqlite_dedupe_keeps_charging_under_oom(url: str, server: redis.Redis, tmp_path: Path) -> None:
+    """Its only Redis write is XACK. A poison message still reaches the DLQ: the dead-letter
+    script XACKs first, so its XADD passes over maxmemory."""
     s = settings(url, "t:", tmp_path / "ledger.sqlite3", dedupe="sqlite")
     backlog(server, s)
+    poison = server.xadd(s.stream, {"type": "order.paid", "order_id": "o-1", "amount": "abc"}).decode()
     limit = fill_memory(server)
 
     async def scenario() -> None:
         async with running(s) as worker:
-            await until(lambda: worker.counts.acked == EVENTS, 10, "the backlog charged under OOM")
+            await until(lambda: worker.counts.acked == EVENTS and worker.counts.dead_lettered == 1, 10,
+                        "the backlog charged and the poison dead-lettered under OOM")
             assert worker.counts.errors == 0
 
     asyncio.run(scenario())
     assert charge_counts(s.ledger) == {f"ev-{i}": 1 for i in range(EVENTS)}
     assert not pending_ids(server, s.stream, s.group)
+    ((_, dead),) = server.xrange(s.dlq_stream)
+    assert dead[b"id"].decode() == poison and dead[b"error"].startswith(b"permanent:")
     assert int(server.config_get("maxmemory")["maxmemory"]) == limit and used_memory(server) > limit  # still full
 
 
