@@ -10,7 +10,8 @@ overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth
    reason; so does one delivered more than ``max_attempts`` times (its holders died with it);
 2. wait for its turn: the runs before it on the same lane keys have recorded their charges;
 3. begin: the dedupe strategy decides, per message, do it, skip it as a duplicate (ack), or
-   leave it (someone else holds its lease);
+   leave it (someone else holds its lease). If Redis cannot decide (out of memory, no
+   connection), the batch stays pending and the delivery does not count as an attempt;
 4. work: the handler, holding one of ``--parallelism`` slots (an instant handler needs none:
    its runs work one after another). A failure is not acked (the
    message will be redelivered) unless this was delivery number ``max_attempts``: then the
