@@ -89,3 +89,21 @@ def test_repeated_cells_show_median_and_range() -> None:
     assert _cell([606, 602, 610]) == "606 [602..610]"
     assert _cell([0, 0, 0]) == 0 and _cell([None, None]) is None
     assert _cell([0.1, 0.13]) == "0.12 [0.10..0.13]"
+
+
+def test_main_table_title_says_what_ran(tmp_path: Path) -> None:
+    from labs.lab3.summary import main_table
+
+    cell = measure("failover", "sqlite", record())
+    runs = [Run(1, variant, strategy, cell, record(), tmp_path)
+            for variant in ("failover", "failover+wait", "sigterm") for strategy in ("none", "sqlite")]
+    assert main_table(runs).title == "Two modes x two dedupe strategies"  # failover+wait is failover's row
+    one = [Run(1, "normal", "sqlite", cell, record(), tmp_path)]
+    assert main_table(one).title == "One mode x one dedupe strategy"
+
+
+def test_recovery_ranges_collapse_when_the_ends_agree() -> None:
+    from labs.lab3.conclusions import _span
+
+    assert _span([2.41, 2.38]) == "2.4"  # not "2.4-2.4"
+    assert _span([2.6, 2.9, 2.7]) == "2.6-2.9"

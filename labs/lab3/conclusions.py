@@ -95,8 +95,14 @@ def recovery_sentence(runs: Sequence[Run], s: Lab3Settings) -> str | None:
     first = [r.result.recover_first_charge_s or 0.0 for r in fo]
     gaps = [r.result.downtime_s or 0.0 for r in fo]
     kind = "kill -9 of the master" if s.failover == "hard" else "SENTINEL FAILOVER"
-    return (f"After the {kind}, charging of new events resumed after {min(first):.1f}-{max(first):.1f} s; "
-            f"the longest pause between charges was {min(gaps):.1f}-{max(gaps):.1f} s.")
+    return (f"After the {kind}, charging of new events resumed after {_span(first)} s; "
+            f"the longest pause between charges was {_span(gaps)} s.")
+
+
+def _span(values: Sequence[float]) -> str:
+    """'2.4-3.4', or '2.4' when every value rounds alike (not '2.4-2.4')."""
+    low, high = f"{min(values):.1f}", f"{max(values):.1f}"
+    return low if low == high else f"{low}-{high}"
 
 
 def lost_sentence(runs: Sequence[Run]) -> str | None:

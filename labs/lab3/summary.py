@@ -85,8 +85,18 @@ def main_table(runs: Sequence[Run]) -> Table:
         row = [variant, strategy] + [_cell([getattr(x, f) for x in results]) for f, _ in FIGURES]
         rows.append(tuple(row))
     repeats = max((r.repeat for r in runs), default=1)
-    title = "Three modes x three dedupe strategies" + (f" (median [min..max] of {repeats} runs)" if repeats > 1 else "")
+    modes = {r.variant.split("+")[0] for r in runs}  # failover+wait is the failover mode's second row
+    strategies = {r.strategy for r in runs}
+    title = f"{_counted(len(modes), 'mode')} x {_counted(len(strategies), 'dedupe strategy')}".capitalize()
+    title += f" (median [min..max] of {repeats} runs)" if repeats > 1 else ""
     return Table(title, ("mode", "dedupe", *(label for _, label in FIGURES)), tuple(rows))
+
+
+def _counted(n: int, noun: str) -> str:
+    """'three modes', 'one dedupe strategy': the table title says what actually ran."""
+    word = ("no", "one", "two", "three", "four")[n] if n < 5 else str(n)
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{word} {noun if n == 1 else plural}"
 
 
 def timing_table(lab: LabRuns) -> Table:
