@@ -107,3 +107,13 @@ def test_recovery_ranges_collapse_when_the_ends_agree() -> None:
 
     assert _span([2.41, 2.38]) == "2.4"  # not "2.4-2.4"
     assert _span([2.6, 2.9, 2.7]) == "2.6-2.9"
+
+
+def test_checks_of_modes_that_did_not_run_are_left_out(tmp_path: Path) -> None:
+    from labs.lab3.checks import evaluate
+
+    cell = measure("failover", "sqlite", record())
+    runs = [Run(1, variant, "sqlite", cell, record(), tmp_path) for variant in ("failover", "failover+wait")]
+    names = [check.name.split(":")[0] for check in evaluate(runs)]
+    assert names == ["sqlite", "XPENDING empty and lag 0 at the end of every run", "failover"]
+    assert not any("not run" in check.detail for check in evaluate(runs))
