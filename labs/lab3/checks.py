@@ -101,7 +101,7 @@ def check_sigterm(runs: Sequence[Run]) -> Check:
 
 def check_failover_recovered(runs: Sequence[Run], within_s: float = 20.0) -> Check:
     name = f"failover: charging resumed within {within_s:.0f} s (an event sent after the fault was charged)"
-    fo = [r for r in runs if r.variant.startswith("failover")]
+    fo = [r for r in runs if r.mode == "failover"]
     if not fo:
         return Check(name, True, "failover mode not run")
     slow = [f"{_where(r)}: {_seconds(r.result.recover_first_charge_s)}" for r in fo
@@ -121,7 +121,7 @@ def evaluate(runs: Sequence[Run]) -> list[Check]:
 
     A check of a mode (or strategy) that did not run is left out rather than shown as PASS.
     """
-    ran = {r.variant.split("+")[0] for r in runs}
+    ran = {r.mode for r in runs}
     checks = [check_nothing_lost_normal(runs)] if "normal" in ran else []
     if any(r.strategy == "sqlite" for r in runs):
         checks.append(check_exactly_once(runs))

@@ -45,7 +45,7 @@ def wait_sentence(runs: Sequence[Run]) -> str | None:
 
 
 def duplicates_sentence(runs: Sequence[Run]) -> str | None:
-    fo = [r for r in runs if r.variant.startswith("failover")]
+    fo = [r for r in runs if r.mode == "failover"]
     if not fo:
         return None
     by = {s: _sum([r for r in fo if r.strategy == s], "duplicated") for s in ("none", "redis", "sqlite")
@@ -89,7 +89,7 @@ def normal_sentence(runs: Sequence[Run], s: Lab3Settings) -> str | None:
 
 
 def recovery_sentence(runs: Sequence[Run], s: Lab3Settings) -> str | None:
-    fo = [r for r in runs if r.variant.startswith("failover") and r.result.recover_first_charge_s is not None]
+    fo = [r for r in runs if r.mode == "failover" and r.result.recover_first_charge_s is not None]
     if not fo:
         return None
     first = [r.result.recover_first_charge_s or 0.0 for r in fo]

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -119,12 +118,13 @@ def _progress_fn(console: Console) -> Iterator[ProgressFn]:
             yield lambda text, fraction: bar.update(task, description=text, completed=min(1.0, fraction))
         return
     started = time.monotonic()
-    last: dict[str, Any] = {"step": "", "at": 0.0}
+    last_step, last_at = "", 0.0
 
     def line(text: str, fraction: float) -> None:
-        step, now = re.sub(r"\d+", "#", text), time.monotonic()
-        if step != last["step"] or now - last["at"] >= HEARTBEAT_S:
-            last.update(step=step, at=now)
+        nonlocal last_step, last_at
+        step, now = re.sub(r"\d+", "#", text), time.monotonic()  # a step is its text without the counts
+        if step != last_step or now - last_at >= HEARTBEAT_S:
+            last_step, last_at = step, now
             console.print(f"{now - started:6.1f} s {min(1.0, fraction):5.0%}  {escape(text)}", highlight=False)
 
     yield line

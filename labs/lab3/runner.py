@@ -41,6 +41,11 @@ class Run:
     record: CellRecord
     home: Path
 
+    @property
+    def mode(self) -> str:
+        """The mode this cell ran in: ``failover+wait`` is the failover mode's second variant."""
+        return self.variant.split("+")[0]
+
 
 @dataclass
 class PhaseTiming:

@@ -85,7 +85,7 @@ def main_table(runs: Sequence[Run]) -> Table:
         row = [variant, strategy] + [_cell([getattr(x, f) for x in results]) for f, _ in FIGURES]
         rows.append(tuple(row))
     repeats = max((r.repeat for r in runs), default=1)
-    modes = {r.variant.split("+")[0] for r in runs}  # failover+wait is the failover mode's second row
+    modes = {r.mode for r in runs}
     strategies = {r.strategy for r in runs}
     title = f"{_counted(len(modes), 'mode')} x {_counted(len(strategies), 'dedupe strategy')}".capitalize()
     title += f" (median [min..max] of {repeats} runs)" if repeats > 1 else ""
