@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -11,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import redis
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 
 from labs.bench import ceiling, memory, producer, recovery, worker_runs
 from labs.bench.results import Row
@@ -64,40 +63,37 @@ class Bench:
         finally:
             await asyncio.to_thread(self._drop, stream)
 
-    async def _ceiling(self, stream: str, size: int) -> float:
-        return await ceiling.ceiling(self.url, stream, size)
-
     async def _worker_rate(self, name: str, n: int, base: Settings) -> float:
         return await self._timed(name, lambda stream: worker_runs.run_worker(replace(base, stream=stream), n), n)
+
+    async def _round(self, n: int, ledger_tag: str, task: TaskID) -> dict[str, float]:
+        """One interleaved round: the ceiling, then the worker with each dedupe; msgs/s each."""
+        rates = {"ceiling": await self._timed("ceiling", lambda s: ceiling.ceiling(self.url, s, n), n)}
+        self.progress.advance(task)
+        for dedupe in DEDUPES:
+            ledger = self.workdir / f"ledger-{dedupe}-{ledger_tag}.sqlite3"
+            base = worker_runs.bench_settings(self.url, dedupe=dedupe, ledger=ledger, parallelism=100, count=100)
+            rates[dedupe] = await self._worker_rate(dedupe, n, base)
+            self.progress.advance(task)
+        return rates
 
     async def throughput(self) -> None:
         """The ceiling and the worker (dedupe none/redis/sqlite), interleaved A B C D A B C D ...
 
-        A short warm-up round first, so that the first measured ceiling is not also the run that
-        pays for cold caches; then ``reps`` rounds, and the ratio of the medians.
+        A short warm-up round first (imports, caches, the server), so that the first measured
+        ceiling is not also the run that pays for them; then ``reps`` rounds, and the ratio of
+        the medians.
         """
         n = self.plan.events
         ceiling_row = Row("consume", "ceiling: raw redis.asyncio, COUNT 100, one XACK per batch", "msgs/s")
         rows = {d: Row("consume", f"reference worker, --dedupe {d}", "msgs/s") for d in DEDUPES}
         task = self.progress.add_task("throughput", total=(self.plan.reps + 1) * (1 + len(DEDUPES)))
-        for rep in range(-1, self.plan.reps):  # rep -1 warms up (imports, caches, the server) and is not kept
-            size = n if rep >= 0 else max(1, n // 10)
-            rate = await self._timed("ceiling", functools.partial(self._ceiling, size=size), size)
-            if rep >= 0:
-                ceiling_row.values.append(rate)
-            self.progress.advance(task)
+        await self._round(max(1, n // 10), "warm-up", task)  # not kept
+        for rep in range(self.plan.reps):
+            rates = await self._round(n, str(rep), task)
+            ceiling_row.values.append(rates["ceiling"])
             for dedupe in DEDUPES:
-                base = worker_runs.bench_settings(
-                    self.url,
-                    dedupe=dedupe,
-                    ledger=self.workdir / f"ledger-{dedupe}-{rep + 1}.sqlite3",
-                    parallelism=100,
-                    count=100,
-                )
-                rate = await self._worker_rate(dedupe, size, base)
-                if rep >= 0:
-                    rows[dedupe].values.append(rate)
-                self.progress.advance(task)
+                rows[dedupe].values.append(rates[dedupe])
         self.rows.append(ceiling_row)
         for dedupe, row in rows.items():
             row.ratio, row.ratio_of = row.median / ceiling_row.median, "ceiling"
