@@ -150,9 +150,7 @@ class MetricsDashboard(MonitorThread[DashboardSample]):
     def _stop_words(self) -> str:
         if self.stop_reason is not None and self.stop_reason.startswith("idle_stop_s"):
             return f"воркер {self.idle_stop_s:g} с без работы — прогон закончен"
-        if self.stop_reason is not None and self.stop_reason.startswith("max_duration_s"):
-            return f"прошло {self.max_duration_s:g} с (max_duration_s)"
-        return "вызван stop()"
+        return self._max_duration_words() or "вызван stop()"
 
     def _words(self) -> str:
         """The state in words for the status line: keeping up, falling behind, failing ..."""

@@ -139,6 +139,12 @@ class MonitorThread(ABC, Generic[S]):
         finally:
             self._finish()
 
+    def _max_duration_words(self) -> str | None:
+        """``прошло 30 с (max_duration_s)`` when that is why it stopped, else None (for the status line)."""
+        if self.stop_reason is not None and self.stop_reason.startswith("max_duration_s"):
+            return f"прошло {self.max_duration_s:g} с (max_duration_s)"
+        return None
+
     def _backoff_s(self, failures: int) -> float:
         """The pause after ``failures`` failed samples in a row: doubling, up to ``max_backoff_s``."""
         return float(min(self.max_backoff_s, self.refresh_s * 2 ** min(failures, MAX_EXPONENT)))

@@ -49,13 +49,6 @@ def describe(sample: PanelSample) -> str:
     return f"XLEN {sample.length} · в PEL {sample.pending} · lag {lag}"
 
 
-def stop_words(reason: str | None, max_duration_s: float) -> str:
-    """Why the panel stopped, in words (``stop_reason`` keeps the short code)."""
-    if reason is not None and reason.startswith("max_duration_s"):
-        return f"прошло {max_duration_s:g} с (max_duration_s)"
-    return STOP_WORDS.get(reason or "stop()", reason or "")
-
-
 class StreamPanel(MonitorThread[PanelSample]):
     """Live XPENDING per consumer, group lag and the oldest pending entry's age of ``stream``/``group``.
 
@@ -107,10 +100,15 @@ class StreamPanel(MonitorThread[PanelSample]):
     def _open(self) -> None:
         self._redis = snapshot_client(self.redis_url, timeout_s=SOCKET_TIMEOUT_S, client_name="stream-panel")
 
+    def _stop_words(self) -> str:
+        """Why the panel stopped, in words (``stop_reason`` keeps the short code)."""
+        reason = self.stop_reason
+        return self._max_duration_words() or STOP_WORDS.get(reason or "stop()", reason or "")
+
     def _finish(self) -> None:
         if self._redis is not None:
             self._redis.close()
-        self._show(f"остановлена: {stop_words(self.stop_reason, self.max_duration_s)} · {self._summary()}")
+        self._show(f"остановлена: {self._stop_words()} · {self._summary()}")
         self._figure.replay_button.disabled = not self.samples
 
     def _sample(self, elapsed_s: float) -> bool:
