@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
 
-from solutions.messages import Delivery, PermanentError, dedupe_key, parse_order
+from solutions.messages import Delivery, OrderEvent, PermanentError, dedupe_key, parse_order
 
 
 def delivery(fields: dict[bytes, bytes] | None, msg_id: str = "1700000000000-0") -> Delivery:
@@ -67,3 +68,36 @@ def test_any_field_can_reject_an_otherwise_valid_event(extra: dict[bytes, bytes]
     """Only four fields are used, but a bad one among the others still sends the message to the DLQ."""
     with pytest.raises(PermanentError, match=reason):
         parse_order("orders", delivery({b"order_id": b"o-1", b"amount": b"1.00", **extra}))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {b"type": b"order.paid", b"order_id": b"o-1", b"amount": b"12.50", b"event_id": b"e-1"},
+        {b"order_id": b" o-1 ", b"amount": b" 7.25 "},
+        {b"order_id": b"o-1", b"amount": b"1_000"},
+        {b"order_id": b"o-1", b"amount": b"+5"},
+        {b"order_id": b"o-1", b"amount": b"1E+2", b"event_id": b""},
+        {b"order_id": b"o-1", b"amount": b"Infinity"},
+        {b"order_id": b"o-1", b"amount": b"0.00"},
+        {b"order_id": b"  ", b"amount": b"1"},
+        {b"type": b"order.paid", b"order_id": "\u00e9".encode(), b"amount": b"1"},
+        {b"type": b"ORDER.PAID", b"order_id": b"o-1", b"amount": b"1"},
+        {b"order_id": b"o-1", b"amount": b"1", b"note": b"x"},
+        {b"order_id": b"o-" + b"1" * 250, b"amount": b"1.00", b"event_id": b"e-1"},
+    ],
+)
+def test_the_fast_path_agrees_with_the_slow_path(fields: dict[bytes, bytes]) -> None:
+    """parse_order's shortcut for the common shape only accepts; whatever it decides, the slow
+    path (every field decoded) decides the same, event or reason."""
+    from solutions.messages import _decode_all, _parse_decoded
+
+    def outcome(parse: Callable[[], OrderEvent]) -> OrderEvent | str:
+        try:
+            return parse()
+        except PermanentError as exc:
+            return f"PermanentError: {exc}"
+
+    fast = outcome(lambda: parse_order("orders", delivery(fields, "9-9")))
+    slow = outcome(lambda: _parse_decoded("orders", "9-9", _decode_all(fields)))
+    assert fast == slow
