@@ -74,6 +74,7 @@ class Strategy(Protocol):
 
     name: str
     deduplicates: bool  # False for ``none``: the same event twice in a run is charged twice
+    checks_first: bool  # False when begin() always says PROCEED: the pipeline then skips it
 
     async def begin(self, events: list[OrderEvent]) -> list[Verdict]:
         """Before the work: one verdict per event."""
@@ -140,6 +141,7 @@ class NoDedupe(_LedgerThenXack):
 
     name = "none"
     deduplicates = False
+    checks_first = False
 
     async def begin(self, events: list[OrderEvent]) -> list[Verdict]:
         return [Verdict.PROCEED] * len(events)
@@ -156,6 +158,7 @@ class SqliteApplied(_LedgerThenXack):
 
     name = "sqlite"
     deduplicates = True
+    checks_first = False
     once = True
 
     async def begin(self, events: list[OrderEvent]) -> list[Verdict]:
@@ -179,6 +182,7 @@ class RedisMarker(_LedgerThenXack):
 
     name = "redis"
     deduplicates = True
+    checks_first = True
 
     def __init__(self, deps: Deps) -> None:
         super().__init__(deps)

@@ -11,7 +11,9 @@ Schema (the contract labs and graders read):
 ``event_id`` holds the dedupe key: the message's ``event_id``, else ``<stream>:<msg_id>``.
 ``charges`` has no index on ``event_id``: the worker only appends to it, and an index on
 random keys cost about 0.8 us per charge (a third of the write); the occasional count by
-event (:meth:`Ledger.charge_counts`) scans instead. Ledgers created earlier keep theirs.
+event (:meth:`Ledger.charge_counts`) scans instead. ``applied_events`` is a ``WITHOUT ROWID``
+table: one B-tree keyed by ``event_id`` instead of a rowid table plus an index, which about
+halves the cost of a claim. Ledgers created earlier keep their layouts; both work.
 """
 
 from __future__ import annotations
@@ -47,12 +49,13 @@ CREATE TABLE IF NOT EXISTS applied_events (
     msg_id     TEXT NOT NULL,
     consumer   TEXT NOT NULL,
     applied_at REAL NOT NULL
-);
+) WITHOUT ROWID;
 """
 
 
 INSERT_CHARGES = "INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES "
-CLAIM_EVENTS = "INSERT OR IGNORE INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
+CLAIM_EVENTS = "INSERT INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
+APPLIED_AMONG = "SELECT event_id FROM applied_events WHERE event_id IN "
 ROWS_PER_STATEMENT = 100  # 600 parameters at most, well under SQLite's limit
 
 
@@ -63,7 +66,12 @@ def _insert_sql(rows: int) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _claim_sql(rows: int) -> str:
-    return CLAIM_EVENTS + ", ".join(["(?, ?, ?, ?)"] * rows) + " RETURNING event_id"
+    return CLAIM_EVENTS + ", ".join(["(?, ?, ?, ?)"] * rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _applied_sql(keys: int) -> str:
+    return APPLIED_AMONG + "(" + ", ".join(["?"] * keys) + ")"
 
 
 @dataclass(slots=True)
@@ -193,26 +201,37 @@ class Ledger:
 
     @staticmethod
     def _claim(db: sqlite3.Connection, charges: Sequence[Charge], now: float) -> list[bool]:
-        """``INSERT OR IGNORE INTO applied_events ... RETURNING event_id``: which charges are new."""
-        inserted: set[str] = set()
+        """Which charges are new: look their events up in ``applied_events``, then insert the new
+        ones. Inside ``BEGIN IMMEDIATE`` no other writer can come between the two; a lookup
+        that finds nothing (the usual case) costs less than ``INSERT OR IGNORE ... RETURNING``."""
+        applied: set[str] = set()
         for start in range(0, len(charges), ROWS_PER_STATEMENT):
-            part = charges[start : start + ROWS_PER_STATEMENT]
-            params = [v for c in part for v in (c.event_id, c.msg_id, c.consumer, now)]
-            inserted.update(row[0] for row in db.execute(_claim_sql(len(part)), params))
-        applied: list[bool] = []
-        for charge in charges:  # a repeat within the batch: only its first occurrence was inserted
-            first = charge.event_id in inserted
+            keys = [c.event_id for c in charges[start : start + ROWS_PER_STATEMENT]]
+            applied.update(row[0] for row in db.execute(_applied_sql(len(keys)), keys))
+        new: list[Charge] = []
+        verdicts: list[bool] = []
+        for charge in charges:  # a repeat within the batch: only its first occurrence is new
+            first = charge.event_id not in applied
             if first:
-                inserted.discard(charge.event_id)
-            applied.append(first)
-        return applied
+                applied.add(charge.event_id)
+                new.append(charge)
+            verdicts.append(first)
+        for start in range(0, len(new), ROWS_PER_STATEMENT):
+            part = new[start : start + ROWS_PER_STATEMENT]
+            params: list[str | float] = []
+            for c in part:  # += of a tuple: about half the cost of a nested comprehension
+                params += (c.event_id, c.msg_id, c.consumer, now)
+            db.execute(_claim_sql(len(part)), params)
+        return verdicts
 
     @staticmethod
     def _insert(db: sqlite3.Connection, charges: Sequence[Charge], now: float) -> None:
         """``INSERT INTO charges ... VALUES (...), (...)`` for every charge."""
         for start in range(0, len(charges), ROWS_PER_STATEMENT):
             part = charges[start : start + ROWS_PER_STATEMENT]
-            params = [v for c in part for v in (c.event_id, c.order_id, c.amount, c.msg_id, c.consumer, now)]
+            params: list[str | float] = []
+            for c in part:
+                params += (c.event_id, c.order_id, c.amount, c.msg_id, c.consumer, now)
             db.execute(_insert_sql(len(part)), params)
 
     def charge_counts(self) -> dict[str, int]:

@@ -146,8 +146,8 @@ class Pipeline:
 
     async def _begin(self, todo: list[Item]) -> list[Item]:
         """The strategy's verdicts: returns what to do; duplicates are acked, busy ones left pending."""
-        if not todo:
-            return []
+        if not todo or not self.strategy.checks_first:
+            return todo
         try:
             verdicts = await self._begins.submit([event for _, event in todo])
         except Exception as exc:

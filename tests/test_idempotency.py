@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -139,6 +140,33 @@ def test_ledger_write_applies_each_event_once_across_and_within_batches(tmp_path
         assert ledger.total_charges() == 152
     finally:
         ledger.close()
+
+
+def test_a_ledger_created_with_the_older_applied_events_layout_still_applies_once(tmp_path: Path) -> None:
+    """New ledgers make ``applied_events`` a WITHOUT ROWID table; one made before (a rowid
+    table with a primary-key index) keeps working with the same verdicts."""
+    from solutions.ledger import Charge, Ledger
+
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE applied_events (event_id TEXT PRIMARY KEY, msg_id TEXT NOT NULL, "
+            "consumer TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        db.execute("INSERT INTO applied_events VALUES ('e-1', '0-1', 'old', 0)")
+    db.close()
+    ledger = Ledger(path).open()
+    try:
+        batch = [Charge(f"e-{i}", "o-1", "1.00", f"1-{i}", "c") for i in range(3)]
+        batch.append(Charge("e-2", "o-1", "1.00", "1-9", "c"))
+        assert ledger.write(batch, once=True) == [True, False, True, False]
+        assert ledger.charge_counts() == {"e-0": 1, "e-2": 1}
+    finally:
+        ledger.close()
+    with sqlite3.connect(path) as db:
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'applied_events'").fetchone()
+    db.close()
+    assert "WITHOUT ROWID" not in sql
 
 
 def test_wal_is_checkpointed_in_the_background_and_stays_bounded(tmp_path: Path) -> None:
