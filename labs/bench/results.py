@@ -20,6 +20,7 @@ class Row:
     name: str
     unit: str
     values: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)  # per run, when each run has its own reference
     ratio: float | None = None
     ratio_of: str = ""
     target: str = ""
