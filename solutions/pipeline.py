@@ -11,7 +11,9 @@ overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth
 2. wait for its turn: the runs before it on the same lane keys have recorded their charges;
 3. begin: the dedupe strategy decides, per message, do it, skip it as a duplicate (ack), or
    leave it (someone else holds its lease). If Redis cannot decide (out of memory, no
-   connection), the batch stays pending and the delivery does not count as an attempt;
+   connection), the batch stays pending and the delivery does not count as an attempt.
+   ``none`` and ``sqlite`` have nothing to ask before the work (``checks_first`` is False):
+   the step is skipped;
 4. work: the handler, holding one of ``--parallelism`` slots (an instant handler needs none:
    its runs work one after another). A failure is not acked (the
    message will be redelivered) unless this was delivery number ``max_attempts``: then the
