@@ -122,12 +122,21 @@ async def write_ledger(ledger: Ledger, charges: list[Charge], *, once: bool) -> 
 
 
 class _LedgerThenXack:
-    """Not a strategy by itself: the charge write and the plain XACK that strategies share."""
+    """Not a strategy by itself: what strategies share. The charge write and a plain XACK, and,
+    for those that record nothing before the work (``checks_first`` False, so the pipeline
+    skips :meth:`begin`), a ``begin`` that says proceed and an ``abort`` with nothing to undo."""
 
     once = False
+    checks_first = False
 
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
+
+    async def begin(self, events: list[OrderEvent]) -> list[Verdict]:
+        return [Verdict.PROCEED] * len(events)
+
+    async def abort(self, events: Sequence[OrderEvent]) -> None:
+        return None
 
     async def record(self, charges: list[Charge]) -> list[bool]:
         return await write_ledger(self.deps.ledger, charges, once=self.once)
@@ -141,31 +150,18 @@ class NoDedupe(_LedgerThenXack):
 
     name = "none"
     deduplicates = False
-    checks_first = False
-
-    async def begin(self, events: list[OrderEvent]) -> list[Verdict]:
-        return [Verdict.PROCEED] * len(events)
-
-    async def abort(self, events: Sequence[OrderEvent]) -> None:
-        return None
 
 
 class SqliteApplied(_LedgerThenXack):
     """``sqlite``: the charge and its ``applied_events`` row in one transaction, then XACK.
 
-    Nothing to check before the work: :meth:`record` skips an event already applied.
+    Nothing to check before the work and nothing to undo: :meth:`record` skips an event
+    already applied, and a failed transaction wrote nothing.
     """
 
     name = "sqlite"
     deduplicates = True
-    checks_first = False
     once = True
-
-    async def begin(self, events: list[OrderEvent]) -> list[Verdict]:
-        return [Verdict.PROCEED] * len(events)
-
-    async def abort(self, events: Sequence[OrderEvent]) -> None:
-        return None  # nothing was recorded before the transaction
 
 
 class RedisMarker(_LedgerThenXack):

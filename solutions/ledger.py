@@ -24,9 +24,10 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from solutions.checkpoints import CHECKPOINT_ROWS, Checkpointer
 
@@ -72,6 +73,19 @@ def _claim_sql(rows: int) -> str:
 @functools.lru_cache(maxsize=64)
 def _applied_sql(keys: int) -> str:
     return APPLIED_AMONG + "(" + ", ".join(["?"] * keys) + ")"
+
+
+def _execute_rows(
+    db: sqlite3.Connection, sql_for: Callable[[int], str], params: Sequence[str | float], width: int
+) -> list[Any]:
+    """Run ``sql_for(rows)`` over flat ``params`` (``width`` per row), at most
+    :data:`ROWS_PER_STATEMENT` rows a statement; returns the rows the statements returned."""
+    step = ROWS_PER_STATEMENT * width
+    out: list[Any] = []
+    for start in range(0, len(params), step):
+        part = params[start : start + step]
+        out += db.execute(sql_for(len(part) // width), part)
+    return out
 
 
 @dataclass(slots=True)
@@ -204,35 +218,25 @@ class Ledger:
         """Which charges are new: look their events up in ``applied_events``, then insert the new
         ones. Inside ``BEGIN IMMEDIATE`` no other writer can come between the two; a lookup
         that finds nothing (the usual case) costs less than ``INSERT OR IGNORE ... RETURNING``."""
-        applied: set[str] = set()
-        for start in range(0, len(charges), ROWS_PER_STATEMENT):
-            keys = [c.event_id for c in charges[start : start + ROWS_PER_STATEMENT]]
-            applied.update(row[0] for row in db.execute(_applied_sql(len(keys)), keys))
-        new: list[Charge] = []
+        applied = {row[0] for row in _execute_rows(db, _applied_sql, [c.event_id for c in charges], 1)}
+        params: list[str | float] = []
         verdicts: list[bool] = []
         for charge in charges:  # a repeat within the batch: only its first occurrence is new
             first = charge.event_id not in applied
             if first:
                 applied.add(charge.event_id)
-                new.append(charge)
+                params += (charge.event_id, charge.msg_id, charge.consumer, now)
             verdicts.append(first)
-        for start in range(0, len(new), ROWS_PER_STATEMENT):
-            part = new[start : start + ROWS_PER_STATEMENT]
-            params: list[str | float] = []
-            for c in part:  # += of a tuple: about half the cost of a nested comprehension
-                params += (c.event_id, c.msg_id, c.consumer, now)
-            db.execute(_claim_sql(len(part)), params)
+        _execute_rows(db, _claim_sql, params, 4)
         return verdicts
 
     @staticmethod
     def _insert(db: sqlite3.Connection, charges: Sequence[Charge], now: float) -> None:
         """``INSERT INTO charges ... VALUES (...), (...)`` for every charge."""
-        for start in range(0, len(charges), ROWS_PER_STATEMENT):
-            part = charges[start : start + ROWS_PER_STATEMENT]
-            params: list[str | float] = []
-            for c in part:
-                params += (c.event_id, c.order_id, c.amount, c.msg_id, c.consumer, now)
-            db.execute(_insert_sql(len(part)), params)
+        params: list[str | float] = []
+        for c in charges:  # += of a tuple: about half the cost of a nested comprehension
+            params += (c.event_id, c.order_id, c.amount, c.msg_id, c.consumer, now)
+        _execute_rows(db, _insert_sql, params, 6)
 
     def charge_counts(self) -> dict[str, int]:
         """``event_id -> number of charges`` (a value above 1 is a duplicate charge)."""

@@ -28,11 +28,11 @@ def _some(items: Sequence[str]) -> str:
     return ", ".join(items[:SHOWN]) + more
 
 
-def check_exactly_once(runs: Sequence[Run], strategy: str = "sqlite") -> Check:
+def check_exactly_once(runs: Sequence[Run], strategy: str = "sqlite") -> Check | None:
     name = f"{strategy}: 0 lost and 0 duplicated in every mode (writes Redis itself dropped apart)"
     mine = [r for r in runs if r.strategy == strategy]
     if not mine:
-        return Check(name, False, f"no {strategy} run")
+        return None
     bad = [r for r in mine if r.result.lost > r.result.lost_by_redis or r.result.duplicated]
     dropped = sum(r.result.lost_by_redis for r in mine)
     apart = f"; {dropped} confirmed writes were dropped by Redis in the failover (see 'missing')" if dropped else ""
@@ -52,11 +52,11 @@ def check_exactly_once(runs: Sequence[Run], strategy: str = "sqlite") -> Check:
     return Check(name, False, "; ".join(parts) + apart)
 
 
-def check_nothing_lost_normal(runs: Sequence[Run]) -> Check:
+def check_nothing_lost_normal(runs: Sequence[Run]) -> Check | None:
     name = "normal: every 7th attempt failed, yet every confirmed event was charged or dead-lettered"
-    normal = [r for r in runs if r.variant == "normal"]
+    normal = [r for r in runs if r.mode == "normal"]
     if not normal:
-        return Check(name, True, "normal mode not run")
+        return None
     bad = [f"{_where(r)}: {r.result.lost} lost, e.g. {', '.join(r.result.lost_ids)}" for r in normal if r.result.lost]
     if bad:
         return Check(name, False, "acked without doing the work: " + "; ".join(bad))
@@ -76,11 +76,11 @@ def check_pending_empty(runs: Sequence[Run]) -> Check:
     return Check(name, True, f"{len(runs)} runs, all drained")
 
 
-def check_sigterm(runs: Sequence[Run]) -> Check:
+def check_sigterm(runs: Sequence[Run]) -> Check | None:
     name = "SIGTERM: 'drain complete' logged, exit code 0, nothing acked that was not done"
-    sig = [r for r in runs if r.variant == "sigterm"]
+    sig = [r for r in runs if r.mode == "sigterm"]
     if not sig:
-        return Check(name, True, "sigterm mode not run")
+        return None
     problems: list[str] = []
     for r in sig:
         first = next((e for e in r.result.exits if e.get("consumer") == "billing-2"), None)
@@ -99,11 +99,11 @@ def check_sigterm(runs: Sequence[Run]) -> Check:
     return Check(name, True, f"{len(sig)} runs: billing-2 drained and exited 0; 0 acked-but-not-done events")
 
 
-def check_failover_recovered(runs: Sequence[Run], within_s: float = 20.0) -> Check:
+def check_failover_recovered(runs: Sequence[Run], within_s: float = 20.0) -> Check | None:
     name = f"failover: charging resumed within {within_s:.0f} s (an event sent after the fault was charged)"
     fo = [r for r in runs if r.mode == "failover"]
     if not fo:
-        return Check(name, True, "failover mode not run")
+        return None
     slow = [f"{_where(r)}: {_seconds(r.result.recover_first_charge_s)}" for r in fo
             if r.result.recover_first_charge_s is None or r.result.recover_first_charge_s > within_s]
     if slow:
@@ -119,15 +119,9 @@ def _seconds(value: float | None) -> str:
 def evaluate(runs: Sequence[Run]) -> list[Check]:
     """Every check of lab 3 that the runs can answer, in the order the task states them.
 
-    A check of a mode (or strategy) that did not run is left out rather than shown as PASS.
+    A check whose mode (or strategy) did not run returns None and is left out, rather than
+    shown as PASS.
     """
-    ran = {r.mode for r in runs}
-    checks = [check_nothing_lost_normal(runs)] if "normal" in ran else []
-    if any(r.strategy == "sqlite" for r in runs):
-        checks.append(check_exactly_once(runs))
-    checks.append(check_pending_empty(runs))
-    if "sigterm" in ran:
-        checks.append(check_sigterm(runs))
-    if "failover" in ran:
-        checks.append(check_failover_recovered(runs))
-    return checks
+    checks = (check_nothing_lost_normal(runs), check_exactly_once(runs), check_pending_empty(runs),
+              check_sigterm(runs), check_failover_recovered(runs))
+    return [check for check in checks if check is not None]
