@@ -1,0 +1,76 @@
+"""The ledger on its own: a SQLite file in WAL mode, one transaction per batch of charges.
+
+How the strategies use it against real Redis is in tests/test_idempotency.py.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from solutions.ledger import Charge, Ledger
+
+
+def test_ledger_write_applies_each_event_once_across_and_within_batches(tmp_path: Path) -> None:
+    """``once``: a repeat inside a batch (even across its 100-row statements) or of an earlier batch is skipped."""
+
+    def charge(event_id: str, msg_id: str) -> Charge:
+        return Charge(event_id, "o-1", "1.00", msg_id, "c")
+
+    ledger = Ledger(tmp_path / "l.sqlite3").open()
+    try:
+        assert ledger.write([charge("e-0", "0-1")], once=True) == [True]
+        batch = [charge(f"e-{i}", f"1-{i}") for i in range(150)] + [charge("e-149", "1-150"), charge("e-5", "1-151")]
+        applied = ledger.write(batch, once=True, wait=False)
+        assert applied == [False] + [True] * 149 + [False, False]
+        assert ledger.write([charge("e-0", "2-0"), charge("e-0", "2-1")], once=False) == [True, True]
+        counts = ledger.charge_counts()
+        assert len(counts) == 150 and counts["e-0"] == 3 and counts["e-5"] == counts["e-149"] == 1
+        assert ledger.total_charges() == 152
+    finally:
+        ledger.close()
+
+
+def test_a_ledger_created_with_the_older_applied_events_layout_still_applies_once(tmp_path: Path) -> None:
+    """New ledgers make ``applied_events`` a WITHOUT ROWID table; one made before (a rowid
+    table with a primary-key index) keeps working with the same verdicts."""
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE applied_events (event_id TEXT PRIMARY KEY, msg_id TEXT NOT NULL, "
+            "consumer TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        db.execute("INSERT INTO applied_events VALUES ('e-1', '0-1', 'old', 0)")
+    db.close()
+    ledger = Ledger(path).open()
+    try:
+        batch = [Charge(f"e-{i}", "o-1", "1.00", f"1-{i}", "c") for i in range(3)]
+        batch.append(Charge("e-2", "o-1", "1.00", "1-9", "c"))
+        assert ledger.write(batch, once=True) == [True, False, True, False]
+        assert ledger.charge_counts() == {"e-0": 1, "e-2": 1}
+    finally:
+        ledger.close()
+    with sqlite3.connect(path) as db:
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'applied_events'").fetchone()
+    db.close()
+    assert "WITHOUT ROWID" not in sql
+
+
+def test_wal_is_checkpointed_in_the_background_and_stays_bounded(tmp_path: Path) -> None:
+    """The writer never checkpoints inline; the checkpoint thread does, and under a steady
+    stream of commits the WAL is still reused from its start instead of growing forever."""
+    from solutions.checkpoints import CHECKPOINT_ROWS
+    path = tmp_path / "l.sqlite3"
+    ledger = Ledger(path).open()
+    try:
+        for start in range(0, 12 * CHECKPOINT_ROWS, 100):
+            batch = [Charge(f"e-{start + i}", "o-1", "1.00", f"1-{start + i}", "c") for i in range(100)]
+            ledger.write(batch, once=True)
+        assert ledger._checkpointer is not None and ledger._checkpointer.checkpoints >= 1
+        wal_bytes, db_bytes = Path(f"{path}-wal").stat().st_size, path.stat().st_size
+        # Never reused, it would hold every page ever written: several times the database.
+        assert wal_bytes < db_bytes, f"the WAL keeps growing: {wal_bytes} bytes, database {db_bytes}"
+        assert ledger.total_charges() == 12 * CHECKPOINT_ROWS
+    finally:
+        ledger.close()
+    assert not Path(f"{path}-wal").exists()  # the last connection to close checkpointed the rest
