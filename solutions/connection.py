@@ -15,7 +15,9 @@ import random
 import time
 from typing import Any
 
+import hiredis
 import redis.asyncio as aioredis
+from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelManagedConnection
 from redis.backoff import ExponentialWithJitterBackoff
@@ -50,7 +52,35 @@ def _client_options(socket_timeout_s: float) -> dict[str, Any]:
     }
 
 
-class MasterFollowingConnection(SentinelManagedConnection):
+class HiredisPacking:
+    """Packs commands with ``hiredis.pack_command`` (C) instead of redis-py's Python loop.
+
+    redis-py's sync client already packs with hiredis when it is installed; ``redis.asyncio``
+    8.1 still packs every argument in Python, joining a growing buffer once per argument. For
+    an XACK of 100 ids that is about 110 us against hiredis's 22 us, about 1 us per message
+    on the worker's hot path. The bytes sent are the same (tests/test_connection.py checks
+    it); anything hiredis does not take (bytearray, a command name with a space such as
+    ``CONFIG GET``, an encoding other than UTF-8) goes to redis-py's own packer.
+    """
+
+    encoder: Any
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        first = args[0]
+        if type(first) is str and " " not in first and self.encoder.encoding == "utf-8":
+            try:
+                return [hiredis.pack_command(args)]
+            except TypeError:
+                pass  # redis-py's packer converts it or raises its own DataError
+        packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]
+        return packed
+
+
+class PackingConnection(HiredisPacking, Connection):
+    """A plain TCP connection that packs with hiredis."""
+
+
+class MasterFollowingConnection(HiredisPacking, SentinelManagedConnection):
     """A Sentinel-managed connection that asks the sentinels for the master on *every* reconnect.
 
     redis-py 8 reconnects a dropped connection inside its command retry loop through
@@ -90,7 +120,8 @@ def connect(
         )
         client: Client = sentinel.master_for(master_name, connection_class=MasterFollowingConnection, **options)
         return client
-    return aioredis.Redis.from_url(redis_url, **options)
+    # A unix:// or rediss:// URL picks its own connection class (and redis-py's packer).
+    return aioredis.Redis.from_url(redis_url, connection_class=PackingConnection, **options)
 
 
 def reply_code(exc: BaseException) -> str:

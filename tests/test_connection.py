@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 import pytest
+from redis.asyncio.connection import Connection
 from redis.asyncio.sentinel import MasterNotFoundError
-from redis.exceptions import ConnectionError, ReadOnlyError, ResponseError, TimeoutError
+from redis.exceptions import ConnectionError, DataError, ReadOnlyError, ResponseError, TimeoutError
 
-from solutions.connection import Backoff, MasterFollowingConnection, Streak, classify, connect, describe
+from solutions.connection import (
+    Backoff,
+    HiredisPacking,
+    MasterFollowingConnection,
+    PackingConnection,
+    Streak,
+    classify,
+    connect,
+    describe,
+)
 
 
 @pytest.mark.parametrize(
@@ -49,6 +61,48 @@ def test_a_sentinel_client_reconnects_through_sentinel_on_every_retry() -> None:
     """redis-py #3874: its retry loop reconnects to the last address; ours asks Sentinel again."""
     client = connect(redis_url="", sentinels=(("127.0.0.1", 26390),), master_name="m", socket_timeout_s=2.0)
     assert client.connection_pool.connection_class is MasterFollowingConnection
+
+
+PACKED_ARGS: list[tuple[Any, ...]] = [
+    ("XACK", "orders", b"billing", *[f"1700000000000-{i}".encode() for i in range(100)]),
+    ("XREADGROUP", "GROUP", "billing", "w-1", "COUNT", 100, "BLOCK", 500, "STREAMS", "orders", ">"),
+    ("SET", "clé", "значение", "EX", 60),
+    ("HSET", "h", "f", 1.5, "g", -3, "i", 10**20, "m", memoryview(b"mv")),
+    ("SET", "k", bytearray(b"ba")),  # hiredis refuses a bytearray: redis-py's packer takes it
+    ("CONFIG GET", "maxmemory"),  # a name with a space: redis-py splits it
+    ("set", "k", b"\x00\xff binary"),
+]
+
+
+@pytest.mark.parametrize("args", PACKED_ARGS, ids=lambda args: str(args[0]))
+def test_hiredis_packing_sends_the_same_bytes_as_redis_py(args: tuple[Any, ...]) -> None:
+    ours = b"".join(PackingConnection().pack_command(*args))
+    assert ours == b"".join(Connection().pack_command(*args))
+
+
+@pytest.mark.parametrize("bad", [None, True, {"a": 1}])
+def test_hiredis_packing_refuses_what_redis_py_refuses(bad: object) -> None:
+    with pytest.raises(DataError):
+        PackingConnection().pack_command("SET", "k", bad)
+
+
+def test_clients_pack_with_hiredis_and_round_trip(redis_url: str, key_prefix: str) -> None:
+    """Both kinds of client use the packing connection, and a real server reads what it sends."""
+    assert issubclass(MasterFollowingConnection, HiredisPacking)
+
+    async def round_trip() -> list[Any]:
+        client = connect(redis_url=redis_url)
+        try:
+            assert client.connection_pool.connection_class is PackingConnection
+            await client.set(f"{key_prefix}k", "значение")
+            await client.hset(f"{key_prefix}h", mapping={"f": 1.5, "g": 10**20, "b": bytearray(b"ba")})
+            return [await client.get(f"{key_prefix}k"), await client.hgetall(f"{key_prefix}h")]
+        finally:
+            await client.aclose()
+
+    text, fields = asyncio.run(round_trip())
+    assert text.decode() == "значение"
+    assert fields == {b"f": b"1.5", b"g": b"100000000000000000000", b"b": b"ba"}
 
 
 def test_describe_names_the_error_and_its_reason() -> None:
