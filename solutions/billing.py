@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from solutions.cli import HelpFormatter, Parser, address, redis_url
+from solutions.gc_tuning import tune_for_throughput
 from solutions.settings import DEDUPE_STRATEGIES, DEFAULT_REDIS_URL, Settings, default_consumer, env_default
 from solutions.worker import Worker
 
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     configure_logging(args.log_level, settings.consumer)
+    tune_for_throughput()
     try:
         asyncio.run(Worker(settings).run(handle_signals=True))
         _ignore_late_signals()

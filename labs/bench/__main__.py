@@ -18,6 +18,7 @@ from labs.bench import placement, runner
 from labs.bench.results import table, write_json
 from labs.launcher.errors import LauncherError
 from labs.launcher.topology import Topology
+from solutions.gc_tuning import tune_for_throughput
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 
@@ -63,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = topo.ensure().url
             where = placement.measure(url, topo.servers[0].pid())
             console.print(f"redis-server {url}; {where.describe()}")
+            tune_for_throughput()  # as billing-worker does; the ceiling shares this process and its settings
             with Progress(console=console, transient=True) as progress:
                 rows = asyncio.run(runner.run_all(url, plan, progress))
         except LauncherError as exc:
