@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             where = placement.measure(url, topo.servers[0].pid())
             console.print(f"redis-server {url}; {where.describe()}")
             tune_for_throughput()  # as billing-worker does; the ceiling shares this process and its settings
-            with Progress(console=console, transient=True) as progress:
+            with Progress(console=console, transient=True, auto_refresh=False) as progress:
                 rows = asyncio.run(runner.run_all(url, plan, progress))
         except LauncherError as exc:
             Console(stderr=True).print(f"error: {exc}", markup=False, highlight=False)

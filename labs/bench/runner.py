@@ -49,6 +49,11 @@ class Bench:
         self.url, self.plan, self.workdir, self.progress = url, plan, workdir, progress
         self.rows: list[Row] = []
 
+    def _advance(self, task: TaskID) -> None:
+        # Redrawn here only: a refresh thread would share the client's one pinned CPU with the runs.
+        self.progress.advance(task)
+        self.progress.refresh()
+
     def _stream(self, name: str) -> str:
         return f"bench:{name}"
 
@@ -77,11 +82,11 @@ class Bench:
         rates: dict[str, tuple[float, float]] = {}
         for dedupe in DEDUPES:
             ceiling_rate = await self._timed("ceiling", lambda s: ceiling.ceiling(self.url, s, n), n)
-            self.progress.advance(task)
+            self._advance(task)
             ledger = self.workdir / f"ledger-{dedupe}-{ledger_tag}.sqlite3"
             base = worker_runs.bench_settings(self.url, dedupe=dedupe, ledger=ledger, parallelism=100, count=100)
             rates[dedupe] = (await self._worker_rate(dedupe, n, base), ceiling_rate)
-            self.progress.advance(task)
+            self._advance(task)
         return rates
 
     async def throughput(self) -> None:
@@ -124,13 +129,13 @@ class Bench:
             if par == 64:
                 row.target, row.met = "≥ 0.9 of ideal", row.ratio >= 0.9
             self.rows.append(row)
-            self.progress.advance(task)
+            self._advance(task)
 
     def producer_figures(self) -> None:
         task = self.progress.add_task("producer", total=2 + 3)
         n = self.plan.producer_n
         one = Row("produce", "XADD one by one", "msgs/s", [producer.xadd_one_by_one(self.url, "bench:xadd1", n)])
-        self.progress.advance(task)
+        self._advance(task)
         piped = Row(
             "produce",
             f"XADD pipelined, batches of {producer.PIPELINE_BATCH}",
@@ -138,13 +143,13 @@ class Bench:
             [producer.xadd_pipelined(self.url, "bench:xaddp", n)],
         )
         piped.ratio, piped.ratio_of = piped.median / one.median, "one by one"
-        self.progress.advance(task)
+        self._advance(task)
         self.rows += [one, piped]
         for label, stats in producer.latency_cases(self.url, "bench:latency", self.plan.latency_n).items():
             for name, value in (("p50", stats.p50_us), ("p99", stats.p99_us), ("p99.9", stats.p999_us)):
                 self.rows.append(Row("XADD latency", f"{label}, client {name}", "µs", [value]))
             self.rows.append(Row("XADD latency", f"{label}, server usec_per_call", "µs", [stats.server_usec_per_call]))
-            self.progress.advance(task)
+            self._advance(task)
 
     async def failover(self) -> None:
         rounds = self.plan.failover_rounds
@@ -162,7 +167,7 @@ class Bench:
                 worker_row.values.append(got.worker_s)
                 writer_row.values.append(got.writer_s)
                 promoted_row.values.append(got.promoted_s)
-                self.progress.advance(task)
+                self._advance(task)
         finally:
             await asyncio.to_thread(topo.stop)
         gap = worker_row.median - writer_row.median
@@ -192,7 +197,7 @@ class Bench:
         row.target, row.met = f"flat (growth ≤ {RSS_GROWTH_MAX}×)", growth <= RSS_GROWTH_MAX
         row.note = f"{rate:,.0f} msgs/s"
         self.rows.append(row)
-        self.progress.advance(task)
+        self._advance(task)
 
 
 async def run_all(url: str, plan: Plan, progress: Progress) -> list[Row]:
