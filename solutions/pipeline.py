@@ -84,29 +84,12 @@ class Pipeline:
         """Start the runs for a read batch; returns how many messages were taken on."""
         in_flight = self.pool.in_flight
         fresh = list({d.msg_id: d for d in deliveries if d.fields is not None and d.msg_id not in in_flight}.values())
-        for lanes, run in self._runs(fresh):  # no await before this: the reader and the rescuer both dispatch
+        runs = split_runs(fresh, instant=self.handler.instant, order_key=self.rules.order_key)
+        for lanes, run in runs:  # no await before this: the reader and the rescuer both dispatch
             self.pool.start([d.msg_id for d in run], lanes, functools.partial(self.run, run))
         if len(fresh) < len(deliveries):
             await self._ack_deleted([d.msg_id for d in deliveries if d.fields is None])
         return len(fresh)
-
-    def _runs(self, deliveries: list[Delivery]) -> Iterator[tuple[list[str], list[Delivery]]]:
-        """``(lanes, deliveries)`` per run, in stream order."""
-        if not deliveries:
-            return
-        if self.handler.instant:
-            yield [ALL_LANES], deliveries
-            return
-        by_lane: dict[str, list[Delivery]] = {}
-        key = self.rules.order_key
-        for delivery in deliveries:
-            lane = delivery.text(key) if key else None
-            if lane is None:
-                yield [], [delivery]
-            else:
-                by_lane.setdefault(lane, []).append(delivery)
-        for lane, run in by_lane.items():
-            yield [lane], run
 
     async def _ack_deleted(self, ids: list[str]) -> None:
         """Pending entries deleted from the stream: nothing to process, XACK them."""
@@ -318,6 +301,28 @@ class Pipeline:
         for coalescer in (self._begins, self._records, self._acknowledged, self._duplicates):
             settled = await coalescer.wait_idle(timeout_s) and settled
         return settled
+
+
+def split_runs(
+    deliveries: list[Delivery], *, instant: bool, order_key: str
+) -> Iterator[tuple[list[str], list[Delivery]]]:
+    """``(lanes, deliveries)`` per run, in stream order: an instant handler's batch is one run on
+    :data:`ALL_LANES`; otherwise one run per value of ``order_key`` (a message without one, or
+    with no ``order_key`` at all, is a run of its own on no lane)."""
+    if not deliveries:
+        return
+    if instant:
+        yield [ALL_LANES], deliveries
+        return
+    by_lane: dict[str, list[Delivery]] = {}
+    for delivery in deliveries:
+        lane = delivery.text(order_key) if order_key else None
+        if lane is None:
+            yield [], [delivery]
+        else:
+            by_lane.setdefault(lane, []).append(delivery)
+    for lane, run in by_lane.items():
+        yield [lane], run
 
 
 def _ids(ids: list[str], most: int = 10) -> str:
