@@ -72,7 +72,7 @@ class OrderEvent:
 
 
 def dedupe_key(stream: str, msg_id: str, event_id: str | None) -> str:
-    """The business ``event_id`` when the message has one, else ``<stream>:<msg_id>`` (as in :func:`_order`)."""
+    """The business ``event_id`` when the message has one, else ``<stream>:<msg_id>``."""
     return event_id if event_id else f"{stream}:{msg_id}"
 
 
@@ -131,7 +131,7 @@ def parse_order(stream: str, delivery: Delivery) -> OrderEvent:
         else:
             if oid and value.is_finite() and value > _ZERO:
                 msg_id = delivery.msg_id
-                return OrderEvent(msg_id, oid, value, eid, ORDER_PAID, eid or f"{stream}:{msg_id}")
+                return OrderEvent(msg_id, oid, value, eid, ORDER_PAID, dedupe_key(stream, msg_id, eid))
     return _parse_decoded(stream, delivery.msg_id, _decode_all(fields))
 
 
@@ -158,4 +158,4 @@ def _order(stream: str, msg_id: str, kind: str, order_id: str, amount: str, even
             + " and ".join(name for name, value in (("order_id", order_id), ("amount", amount)) if not value.strip())
         )
     event_id = event_id or None
-    return OrderEvent(msg_id, order_id, parse_amount(amount), event_id, kind, event_id or f"{stream}:{msg_id}")
+    return OrderEvent(msg_id, order_id, parse_amount(amount), event_id, kind, dedupe_key(stream, msg_id, event_id))
