@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from labs.launcher import monitoring_cli
 from labs.launcher.errors import LauncherError
 from labs.launcher.ports import DEFAULTS
 from labs.launcher.topology import TOPOLOGIES, Topology, TopologyStatus, default_run_dir
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down = sub.add_parser("down", help="stop every process the launcher started")
     down.add_argument("topology", choices=(*TOPOLOGIES, "all"), nargs="?", default="all")
+    monitoring_cli.add_parser(sub)
     return parser
 
 
@@ -59,6 +61,8 @@ def _print_status(st: TopologyStatus) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.command == "monitoring":
+        return monitoring_cli.run(args, console)
     if args.command == "up":
         topo = Topology.from_env(args.topology)
         before = [p.pid() for p in topo.processes]
@@ -68,11 +72,13 @@ def run(args: argparse.Namespace) -> int:
         if addrs.sentinels:
             listed = ", ".join(f"{h}:{p}" for h, p in addrs.sentinels)
             console.print(f"sentinels {listed}, master name {addrs.master_name}")
+        monitoring_cli.refresh_if_running(console)
         return 0
     if args.command == "status":
         shown = [status for name in _names(args.topology) if (status := Topology.from_env(name).status()).running]
         for status in shown:
             _print_status(status)
+        monitoring_cli.print_status(console)
         if not shown:
             console.print("no topology is running (start one with 'make up', 'make up-aof' or 'make up-sentinel')")
         return 0
@@ -89,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         if args.hard and not args.no_restart:
             console.print(f"restarted {old[0]}:{old[1]}; the sentinels made it a replica of {new[0]}:{new[1]}")
         return 0
+    if args.topology == "all":
+        monitoring_cli.stop_if_running(console)
     stopped: list[int] = []
     for name in _names(args.topology):
         stopped += Topology.from_env(name).stop()

@@ -8,6 +8,8 @@ The defaults stay away from 6379 so that a student's own Redis is never touched.
 | aof | redis-server | 6391 | ``LAB_AOF_PORT`` |
 | sentinel | master, replica | 6392, 6393 | ``LAB_SENTINEL_MASTER_PORT``, ``LAB_SENTINEL_REPLICA_PORT`` |
 | sentinel | three sentinels | 26390-26392 | ``LAB_SENTINEL_PORTS`` (comma-separated) |
+| monitoring | Prometheus | 9390 | ``LAB_PROMETHEUS_PORT`` |
+| monitoring | one exporter per node | 9391+ | ``LAB_EXPORTER_PORTS`` (the first port, or comma-separated) |
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ AOF_PORT_VAR = "LAB_AOF_PORT"
 MASTER_PORT_VAR = "LAB_SENTINEL_MASTER_PORT"
 REPLICA_PORT_VAR = "LAB_SENTINEL_REPLICA_PORT"
 SENTINEL_PORTS_VAR = "LAB_SENTINEL_PORTS"
+PROMETHEUS_PORT_VAR = "LAB_PROMETHEUS_PORT"
+EXPORTER_PORTS_VAR = "LAB_EXPORTER_PORTS"
 
 DEFAULTS: dict[str, str] = {
     SINGLE_PORT_VAR: "6390",
@@ -29,6 +33,8 @@ DEFAULTS: dict[str, str] = {
     MASTER_PORT_VAR: "6392",
     REPLICA_PORT_VAR: "6393",
     SENTINEL_PORTS_VAR: "26390,26391,26392",
+    PROMETHEUS_PORT_VAR: "9390",
+    EXPORTER_PORTS_VAR: "9391",
 }
 
 

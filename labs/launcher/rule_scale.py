@@ -123,7 +123,7 @@ class _Scaler:
             return f"{match[1]}{self.number(match[2])}{match[3]}"
         scaled, n = _COMPARED.subn(lambda m: m[1] + self.number(m[2]), code)
         if n == 0:
-            raise LauncherError(f"a line marked {MARKER!r} has no comparison, value or values to scale: {code.strip()!r}")
+            raise LauncherError(f"a line marked {MARKER!r} has nothing to scale: {code.strip()!r}")
         return scaled
 
     def line(self, line: str) -> str:
@@ -146,7 +146,9 @@ def scale_text(text: str, scale: TimeScale) -> str:
     return "".join(scaler.line(line) for line in text.splitlines(keepends=True))
 
 
-def write_lab_copy(out_dir: Path, scale: TimeScale, *, source: Path = MONITORING_DIR, tests: bool = False) -> list[Path]:
+def write_lab_copy(
+    out_dir: Path, scale: TimeScale, *, source: Path = MONITORING_DIR, tests: bool = False
+) -> list[Path]:
     """Write ``out_dir/rules/*.yml`` (and ``out_dir/tests/*.yml``) scaled from ``source``; the paths written."""
     written: list[Path] = []
     for sub in ("rules", "tests") if tests else ("rules",):

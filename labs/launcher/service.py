@@ -1,0 +1,158 @@
+"""A long-running helper process that is not Redis: an exporter or Prometheus, with an HTTP probe.
+
+Like :class:`labs.launcher.process.RedisProcess`, it runs in its own session (it outlives ``make
+up-monitoring``), is tracked by a pid file under the run directory, and a pid file whose process
+is gone or runs something else is stale. Readiness is an HTTP GET on 127.0.0.1 that answers 200.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from labs.launcher import ports
+from labs.launcher.errors import LauncherError
+from labs.launcher.process import POLL_S, log_tail, pid_alive
+from labs.launcher.prom_binaries import EXPORTERS
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 10.0
+
+
+def http_ok(url: str, timeout_s: float = 1.0) -> bool:
+    """True when ``GET url`` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+            return int(reply.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class ServiceProcess:
+    """``argv`` listening on 127.0.0.1:``port``, its files named ``name`` under ``home``."""
+
+    name: str
+    port: int
+    home: Path
+    argv: tuple[str, ...]
+    probe_path: str = "/"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.home / f"{self.name}.pid"
+
+    @property
+    def logfile(self) -> Path:
+        return self.home / f"{self.name}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def pid(self) -> int | None:
+        """The pid from the pid file when that process still runs our binary; a stale file is removed."""
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        if pid_alive(pid) and _runs(pid, self.argv[0] if self.argv else ""):
+            return pid
+        log.info("removing stale pid file %s (pid %s is gone)", self.pidfile, pid)
+        self.pidfile.unlink(missing_ok=True)
+        return None
+
+    def ready(self) -> bool:
+        return http_ok(self.url + self.probe_path)
+
+    def exit_reason(self) -> str:
+        """One line on why a process that should run does not: its log's last lines."""
+        return f"{self.name} is not running; {self.logfile}: {log_tail(self.logfile, 3)}"
+
+    def start(self, port_var: str) -> int:
+        """Start it and wait until the probe answers; a busy port names the variable that moves it."""
+        if ports.in_use(self.port):
+            raise LauncherError(
+                f"port {self.port} is in use by another process; set {port_var} to a free port "
+                "(or stop what listens there)"
+            )
+        self.home.mkdir(parents=True, exist_ok=True)
+        with self.logfile.open("ab") as out:
+            proc = subprocess.Popen(
+                list(self.argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=self.home,
+            )
+        self.pidfile.write_text(f"{proc.pid}\n")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.pidfile.unlink(missing_ok=True)
+                raise LauncherError(
+                    f"{self.name} (port {self.port}) exited with code {proc.returncode} at start; "
+                    f"{self.logfile}: {log_tail(self.logfile, 3)}"
+                )
+            if self.ready():
+                log.info("started %s on port %s (pid %s)", self.name, self.port, proc.pid)
+                return proc.pid
+            time.sleep(POLL_S * 2)
+        self.kill(signal.SIGKILL)
+        raise LauncherError(
+            f"{self.name} (port {self.port}) did not answer {self.probe_path} within {START_TIMEOUT_S:.0f} s; "
+            f"{self.logfile}: {log_tail(self.logfile, 3)}"
+        )
+
+    def send(self, sig: int) -> bool:
+        """Send ``sig`` (SIGHUP: Prometheus reloads its config); False when it does not run."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        return True
+
+    def kill(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """Send ``sig`` and wait until the process is gone (SIGKILL after ``timeout_s``); its pid."""
+        pid = self.pid()
+        if pid is None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while pid_alive(pid):
+            if time.monotonic() > deadline:
+                if sig == signal.SIGKILL:
+                    raise LauncherError(f"{self.name} (pid {pid}) survived SIGKILL")
+                log.warning("%s (pid %s) ignored signal %s; sending SIGKILL", self.name, pid, sig)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                sig, deadline = signal.SIGKILL, time.monotonic() + timeout_s
+            time.sleep(POLL_S)
+        self.pidfile.unlink(missing_ok=True)
+        return pid
+
+
+def _runs(pid: int, binary: str) -> bool:
+    """True when ``pid`` runs ``binary`` (by name; the exporter under either of its names).
+
+    Always true where there is no /proc; a pid file is never trusted without a binary to compare.
+    """
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not cmdline.exists():
+        return True
+    names = {Path(binary).name}
+    if names & set(EXPORTERS):
+        names |= set(EXPORTERS)
+    with contextlib.suppress(OSError):
+        first = cmdline.read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        return Path(first).name in names
+    return False
