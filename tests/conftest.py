@@ -25,10 +25,12 @@ from typing import Any
 
 import pytest
 import redis
+from monitoring_support import MonitoredStack
 
-from labs.launcher import ports
+from labs.launcher import ports, prom_binaries
 from labs.launcher.errors import LauncherError
-from labs.launcher.topology import Topology, iter_topologies
+from labs.launcher.monitoring import Monitoring
+from labs.launcher.topology import Topology, _distinct_free_ports, iter_topologies
 
 REDIS_IMAGE = "redis:7.0.15"
 
@@ -41,10 +43,15 @@ class _Session:
     container: Any = None
 
 
+EXPORTER_SLOTS = 16  # one exporter port per node of every topology (single, aof, sentinel, cluster: 13)
+
+
 def _free_ports_into_env() -> None:
-    for var in (ports.SINGLE_PORT_VAR, ports.AOF_PORT_VAR, ports.MASTER_PORT_VAR, ports.REPLICA_PORT_VAR):
+    for var in (ports.SINGLE_PORT_VAR, ports.AOF_PORT_VAR, ports.MASTER_PORT_VAR, ports.REPLICA_PORT_VAR,
+                ports.PROMETHEUS_PORT_VAR):
         os.environ[var] = str(ports.free_port())
     os.environ[ports.SENTINEL_PORTS_VAR] = ",".join(str(ports.free_port()) for _ in range(3))
+    os.environ[ports.EXPORTER_PORTS_VAR] = ",".join(str(p) for p in _distinct_free_ports(EXPORTER_SLOTS))
 
 
 def _docker_redis() -> tuple[str | None, str]:
@@ -91,6 +98,8 @@ def pytest_report_header() -> str:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _Session.run_dir is not None:
+        with contextlib.suppress(LauncherError):
+            Monitoring.from_env(_Session.run_dir).stop()
         for topo in iter_topologies(_Session.run_dir):
             with contextlib.suppress(LauncherError):
                 topo.stop()
@@ -149,3 +158,27 @@ def topology_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calla
 def sentinel_topology(topology_factory: Callable[..., Topology]) -> Topology:
     """Master, replica and three sentinels (quorum 2, down-after 1000 ms) on free ports."""
     return topology_factory("sentinel")
+
+
+@pytest.fixture(scope="session")
+def monitored_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MonitoredStack]:
+    """One stack for test_alert_faults and test_key_incidents; skipped with one line where a binary is missing."""
+    if reason := prom_binaries.missing():
+        pytest.skip(reason)
+    if not shutil.which("redis-sentinel"):
+        pytest.skip("redis-sentinel is not installed (run 'make setup')")
+    run = tmp_path_factory.mktemp("monitored-stack")
+    sentinel = Topology.on_free_ports("sentinel", run)
+    aof = Topology.on_free_ports("aof", run)
+    prom_port, *exporter_ports = _distinct_free_ports(1 + 6)
+    mon = Monitoring(run / "monitoring", [sentinel, aof], prom_port, exporter_ports, ("*orders", "*orders:dlq"))
+    try:
+        sentinel.ensure()
+        aof.ensure()
+        mon.ensure()
+        mon.wait_targets_up(30)
+        yield MonitoredStack(mon, sentinel, aof, run)
+    finally:
+        mon.stop()
+        sentinel.stop()
+        aof.stop()

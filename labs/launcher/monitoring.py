@@ -21,7 +21,9 @@ the exporters' collect script, the workers' service discovery files (``workers/`
 | streams the exporters inspect | ``*orders,*orders:dlq`` (SCAN patterns) | ``LAB_MONITORING_STREAMS`` |
 
 A topology supplies its nodes through :func:`topology_nodes` (its ``servers`` and ``sentinels``),
-so a new topology needs nothing here; a cluster's exporters get ``-is-cluster``.
+so a new topology needs nothing here; a cluster's exporters get ``-is-cluster``. The add-on knows
+the topologies it may watch from its ``catalog`` (by default every topology on its configured
+ports; tests pass topologies on free ports instead).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from labs.launcher import ports, prom_binaries, worker_targets
@@ -87,11 +89,11 @@ class Monitoring:
     """The add-on's files and processes under ``home``. Build it with :meth:`from_env`."""
 
     home: Path
-    run_dir: Path
+    catalog: list[Topology]
     prometheus_port: int
     exporter_ports: list[int]
-    streams: tuple[str, ...]
-    scale: TimeScale
+    streams: tuple[str, ...] = tuple(DEFAULTS[STREAMS_VAR].split(","))
+    scale: TimeScale = field(default_factory=TimeScale)
 
     @classmethod
     def from_env(cls, run_dir: Path | None = None) -> Monitoring:
@@ -105,7 +107,8 @@ class Monitoring:
         if not streams:
             raise LauncherError(f"{STREAMS_VAR} lists no stream pattern")
         prom_port = ports.from_env(PROMETHEUS_PORT_VAR)[0]
-        return cls(run / "monitoring", run, prom_port, ports.from_env(EXPORTER_PORTS_VAR), streams, scale)
+        catalog = [Topology.from_env(name, run) for name in TOPOLOGIES]
+        return cls(run / "monitoring", catalog, prom_port, ports.from_env(EXPORTER_PORTS_VAR), streams, scale)
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -134,8 +137,14 @@ class Monitoring:
         return PrometheusAPI(self.url)
 
     def slots(self) -> list[ScrapeNode]:
-        """Every node of every topology on its configured ports, in a fixed order: slot i is port i."""
-        return [node for name in TOPOLOGIES for node in topology_nodes(Topology.from_env(name, self.run_dir))]
+        """Every node of every topology of the catalog, in a fixed order: slot i is exporter port i."""
+        return [node for topo in self.catalog for node in topology_nodes(topo)]
+
+    def topology(self, name: str) -> Topology:
+        for topo in self.catalog:
+            if topo.name == name:
+                return topo
+        raise LauncherError(f"unknown topology {name!r}; choose one of {', '.join(t.name for t in self.catalog)}")
 
     def exporter_port(self, node: ScrapeNode) -> int:
         index = self.slots().index(node)
@@ -175,7 +184,7 @@ class Monitoring:
     # -- lifecycle --------------------------------------------------------------------------
 
     def running_topologies(self) -> list[str]:
-        return [name for name in TOPOLOGIES if any(p.pid() for p in Topology.from_env(name, self.run_dir).processes)]
+        return [topo.name for topo in self.catalog if any(p.pid() for p in topo.processes)]
 
     def ensure(self, topologies: list[str] | None = None) -> MonitoringAddresses:
         """Start (or reuse, or bring up to date) the exporters and Prometheus for these topologies.
@@ -186,17 +195,24 @@ class Monitoring:
         names = topologies or self.running_topologies()
         if not names:
             raise LauncherError("no topology is running: start one first ('make up', 'make up-sentinel', ...)")
-        nodes = [n for name in names for n in topology_nodes(Topology.from_env(name, self.run_dir))]
+        nodes = [n for name in names for n in topology_nodes(self.topology(name))]
         wanted = {n.port: self.exporter(n) for n in nodes}
         self._write_files(
             [ExporterTarget(self.exporter_port(n), n.topology, n.port, n.sentinel) for n in nodes]
         )
         self._stop_unwanted({e.name for e in wanted.values()})
+        prom = self.prometheus()
+        to_start = [(s, EXPORTER_PORTS_VAR) for s in wanted.values() if s.pid() is None]
+        to_start += [(prom, PROMETHEUS_PORT_VAR)] if prom.pid() is None else []
+        for service, var in to_start:  # all or nothing: no exporter left behind by a busy Prometheus port
+            if ports.in_use(service.port):
+                raise LauncherError(
+                    f"port {service.port} ({service.name}) is in use by another process; set {var} to a free port"
+                )
         for exporter in wanted.values():
             if exporter.pid() is None:
                 exporter.start(EXPORTER_PORTS_VAR)
         self.discover_workers(nodes)
-        prom = self.prometheus()
         if prom.pid() is None:
             prom.start(PROMETHEUS_PORT_VAR)
         else:
@@ -281,7 +297,7 @@ class Monitoring:
         """One line per process that should run and does not (exporters of running topologies, Prometheus)."""
         lines = []
         for name in self.running_topologies():
-            for node in topology_nodes(Topology.from_env(name, self.run_dir)):
+            for node in topology_nodes(self.topology(name)):
                 exporter = self.exporter(node)
                 if exporter.pid() is None:
                     lines.append(exporter.exit_reason())

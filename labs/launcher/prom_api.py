@@ -107,11 +107,12 @@ class PrometheusAPI:
                 raise TimeoutError(f"{name} {labels or ''} did not fire within {timeout_s:g} s; alerts now: {shown}")
             time.sleep(poll_s)
 
-    def fired_at(self, name: str, lookback_s: float = 600.0, **labels: str) -> float | None:
-        """The unix time of the first evaluation at which ``name`` was firing (from the ``ALERTS`` series)."""
-        matchers = ",".join([f'alertname="{name}"', 'alertstate="firing"', *(f'{k}="{v}"' for k, v in labels.items())])
-        result = self.query(f"ALERTS{{{matchers}}}[{int(lookback_s)}s]")
-        stamps = [float(ts) for series in result for ts, _ in series.get("values", [])]
+    def fired_at(self, name: str, lookback_s: float = 600.0, *, after: float = 0.0, **labels: str) -> float | None:
+        """The unix time of the first evaluation (after ``after``) at which ``name`` was firing (``ALERTS``)."""
+        wanted = {"alertname": name, "alertstate": "firing", **labels}
+        matchers = ",".join(f"{k}={json.dumps(v)}" for k, v in wanted.items())
+        result = self.query(f"ALERTS{{{matchers}}}[{max(1, int(lookback_s + 0.999))}s]")
+        stamps = [float(ts) for series in result for ts, _ in series.get("values", []) if float(ts) >= after]
         return min(stamps) if stamps else None
 
 

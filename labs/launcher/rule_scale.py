@@ -23,6 +23,7 @@ Everything else (ratios, byte sizes, counts, latency thresholds of Redis itself)
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,13 +67,24 @@ def parse_duration_s(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """5.0 -> ``'5s'``, 1.5 -> ``'1500ms'`` (whole milliseconds; Prometheus has no fractions)."""
+    """5.0 -> ``'5s'``, 60.0 -> ``'1m'``, 1.5 -> ``'1500ms'``: the largest unit that is exact (whole ms)."""
     ms = round(seconds * 1000)
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+    for unit, size_ms in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms and ms % size_ms == 0:
+            return f"{ms // size_ms}{unit}"
+    return f"{ms}ms" if ms else "0s"
 
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.10g}"
+
+
+_QUOTED = re.compile(r"('[^']*'|\"[^\"]*\")")
+
+
+def _outside_quotes(code: str, change: Callable[[str], str]) -> str:
+    """Apply ``change`` to the parts of ``code`` that are not quoted strings (summaries, test names)."""
+    return "".join(part if _QUOTED.fullmatch(part) else change(part) for part in _QUOTED.split(code))
 
 
 def _split_comment(line: str) -> tuple[str, str]:
@@ -97,6 +109,10 @@ class _Scaler:
 
     def window(self, text: str) -> str:
         return format_duration(max(parse_duration_s(text) / self.scale.factor, self.scale.min_window_s))
+
+    def windows(self, code: str) -> str:
+        code = _RANGE.sub(lambda m: f"[{self.window(m[1])}]", code)
+        return _OFFSET.sub(lambda m: m[1] + self.window(m[2]), code)
 
     def number(self, text: str) -> str:
         return _number(float(text) / self.scale.factor)
@@ -133,8 +149,7 @@ class _Scaler:
             return line
         if match := _KEYED.match(code):
             code = f"{match[1]}{self.duration(match[2])}{match[3]}"
-        code = _RANGE.sub(lambda m: f"[{self.window(m[1])}]", code)
-        code = _OFFSET.sub(lambda m: m[1] + self.window(m[2]), code)
+        code = _outside_quotes(code, self.windows)
         if comment.strip() == MARKER:
             code = self.marked(code)
         return code + comment + line[len(body):]
