@@ -60,6 +60,7 @@ def test_the_html_box_hides_the_hint_behind_a_click_and_escapes() -> None:
     sneaky = Exercise(id="99.6", title="<b>", needs=("answer",), setup=(), verify=_verify, hint="a < b")
     failed = evaluate(sneaky, {"answer": 0})._repr_html_()
     assert "<details" in failed and "<summary" in failed and "Подсказка" in failed and "a &lt; b" in failed
+    assert "<code>answer</code>" in evaluate(sneaky, {})._repr_html_()  # `answer` as Markdown shows it
     assert "&lt;b&gt;" in failed and "data-passed='false'" in failed
     passed = evaluate(sneaky, {"answer": 42})._repr_html_()
     assert "<details" not in passed and "data-passed='true'" in passed
@@ -71,7 +72,7 @@ def test_check_reads_the_callers_globals_and_raises_one_rendered_line(monkeypatc
     with pytest.raises(CheckFailed) as failed:
         check("99.1", {"answer": 1})
     (line,) = failed.value._render_traceback_()
-    assert "Проверка 99.1 не пройдена" in line and "перечитайте условие" in line
+    assert "Проверка 99.1 не пройдена" in line and "перечитайте условие" in str(failed.value)
     with pytest.raises(CheckFailed, match="пока не определена"):
         check("99.1")  # no namespace: the caller's globals, here this module's, which has no `answer`
 

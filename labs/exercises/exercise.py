@@ -20,6 +20,7 @@ down, or the check tripping over an object of an unexpected type each get one cl
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,14 +90,14 @@ class Verdict:
             ""
             if self.passed
             else "<details style='margin-top:4px'><summary style='cursor:pointer'>Подсказка</summary>"
-            f"<div style='margin-top:4px'>{html.escape(self.exercise.hint)}</div></details>"
+            f"<div style='margin-top:4px'>{_code_spans(self.exercise.hint)}</div></details>"
         )
         return (
             f"<div class='exercise-check' data-exercise='{html.escape(self.exercise.id)}' "
             f"data-passed='{str(self.passed).lower()}' style='border-left:4px solid {colour};"
             f"background:{background};padding:6px 10px'>"
             f"<b style='color:{colour}'>{'✓' if self.passed else '✗'} {html.escape(self.exercise.id)} "
-            f"«{html.escape(self.exercise.title)}» — {status}.</b> {html.escape(self.message)}{hint}</div>"
+            f"«{html.escape(self.exercise.title)}» — {status}.</b> {_code_spans(self.message)}{hint}</div>"
         )
 
     def __repr__(self) -> str:
@@ -127,6 +128,11 @@ def evaluate(exercise: Exercise, namespace: Mapping[str, Any]) -> Verdict:
             f"Проверка не смогла разобрать ваш результат ({type(exc).__name__}: {exc}). "
             "Сверьте тип и форму переменных с условием задания.",
         )
+
+
+def _code_spans(text: str) -> str:
+    """Escaped HTML with `backticked` parts as <code>, as Markdown would show them."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
 def _missing_names(names: list[str]) -> str:

@@ -28,8 +28,8 @@ class CheckFailed(AssertionError):
         self.verdict = verdict
 
     def _render_traceback_(self) -> list[str]:
-        """IPython shows these lines instead of the traceback (red, one line)."""
-        return [f"\x1b[31mПроверка {self.verdict.exercise.id} не пройдена\x1b[0m: {self.verdict.message}"]
+        """IPython shows these lines instead of the traceback: one red line (the box above has the rest)."""
+        return [f"\x1b[31mПроверка {self.verdict.exercise.id} не пройдена\x1b[0m: что не так и подсказка — выше."]
 
 
 def exercises_of(notebook: str) -> tuple[Exercise, ...]:
