@@ -85,6 +85,7 @@ class ShardClient(aioredis.Redis):
         super().__init__(connection_pool=pool)
         self.auto_close_connection_pool = True
         self.slot = slot
+        self.key = name  # the first key it was made for (a shard's name)
         self.slot_map = slot_map
         slot_map.watched.add(slot)
         self.streak = Streak(log, f"slot {slot} ({name})")

@@ -104,11 +104,17 @@ def replica_cut(topology: Topology, timeout_s: float = 5.0) -> Iterator[RedisPro
     replica is resumed (``SIGCONT``) and reconnects by itself, to the master if it still runs.
     """
     wait_replicas_online(topology, timeout_s)
-    replica = replica_of(topology)
+    master = topology.server(topology.master_addr()[1])
+    with link_cut(master, replica_of(topology), timeout_s) as replica:
+        yield replica
+
+
+@contextlib.contextmanager
+def link_cut(master: RedisProcess, replica: RedisProcess, timeout_s: float = 5.0) -> Iterator[RedisProcess]:
+    """:func:`replica_cut` for a given master and replica (a cluster has one pair per shard)."""
     pid = replica.pid()
     if pid is None:
         raise LauncherError(f"{replica.name} is not running")
-    master = topology.server(topology.master_addr()[1])
     os.kill(pid, signal.SIGSTOP)
     try:
         with contextlib.closing(master.client()) as client:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from labs.launcher.cluster import ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.ports import DEFAULTS
 from labs.launcher.topology import TOPOLOGIES, Topology, TopologyStatus, default_run_dir
@@ -109,8 +110,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _failover_cluster(args: argparse.Namespace) -> int:
-    from labs.launcher.cluster import ClusterTopology
-
     topo = Topology.from_env("cluster")
     assert isinstance(topo, ClusterTopology)
     kind = "kill -9 of a master" if args.hard else "CLUSTER FAILOVER on a replica"

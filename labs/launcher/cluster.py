@@ -219,7 +219,7 @@ class ClusterTopology(Topology):
         else:
             with self.server(new.port).client() as client:
                 command(client, "CLUSTER", "FAILOVER")
-        self._wait_serving(new, old.slots[0][0], started + timeout_s)
+        self.wait_serving(new, old.slots[0][0], started + timeout_s)
         elapsed_s = time.monotonic() - started
         ready_s = None
         if hard and restart_old:
@@ -242,7 +242,7 @@ class ClusterTopology(Topology):
                 return node
         raise LauncherError(f"port {port} is not a live master; masters: {[n.port for n in serving]}")
 
-    def _wait_serving(self, new: ClusterNode, slot: int, deadline: float) -> None:
+    def wait_serving(self, new: ClusterNode, slot: int, deadline: float) -> None:
         """Poll until every live node says ok and names ``new`` as the master of ``slot``."""
         problem = "not checked yet"
         while time.monotonic() < deadline:
