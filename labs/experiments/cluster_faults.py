@@ -19,14 +19,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import signal
 import time
 from dataclasses import dataclass
 
 import redis
 
-from labs.experiments.persistence import count_present, write_acknowledged
-from labs.experiments.replication import link_cut, wait_replicas
+from labs.experiments.replication import TailLossResult, count_tail, write_tail_and_kill
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import owner, replicas_of
 from labs.launcher.errors import LauncherError
@@ -38,26 +36,13 @@ log = logging.getLogger(__name__)
 FAILOVER_TIMEOUT_S = 30.0
 
 
-@dataclass(frozen=True)
-class ClusterTailLoss:
-    """One shard's failover with an unreplicated tail, counted."""
-
-    before: int  # acknowledged while the replica was linked (and confirmed by WAIT)
-    tail: int  # acknowledged while the link was cut
-    wait_before: int  # WAIT 1's reply after the linked writes
-    wait_tail: int  # WAIT 1's reply after the tail: 0, a producer using WAIT would have known
-    before_survived: int
-    tail_survived: int
-    old_master: int
-    new_master: int
-    failover_s: float  # from the kill until every live node names the new master
-
-
-def cluster_tail_loss(topology: ClusterTopology, *, stream: str, n_before: int, n_tail: int) -> ClusterTailLoss:
+def cluster_tail_loss(topology: ClusterTopology, *, stream: str, n_before: int, n_tail: int) -> TailLossResult:
     """Write linked, cut the link, write the tail, kill -9 the shard's master, count on the promoted replica.
 
-    The killed master is started again afterwards and rejoins as a replica (its tail is
-    discarded by the resync), so the topology is whole when this returns.
+    The same record as the Sentinel experiment (:class:`~labs.experiments.replication.TailLossResult`);
+    ``wait_tail`` 0 means a producer using ``WAIT 1`` would have known the tail was unsafe. The
+    killed master is started again afterwards and rejoins as a replica (its tail is discarded
+    by the resync), so the topology is whole when this returns.
     """
     slot = slot_of(stream)
     view = topology.nodes()
@@ -65,32 +50,16 @@ def cluster_tail_loss(topology: ClusterTopology, *, stream: str, n_before: int, 
     if master is None or not (replicas := replicas_of(view, master)):
         raise LauncherError(f"slot {slot} has no master with a replica")
     old, new = topology.server(master.port), replicas[0]
-    with contextlib.closing(old.client()) as client:
-        before_ids = write_acknowledged(client, stream, n_before)
-        wait_before = wait_replicas(client, 1, 5000)
-        with link_cut(old, topology.server(new.port)):
-            tail_ids = write_acknowledged(client, stream, n_tail)
-            wait_tail = wait_replicas(client, 1, 100)
-            killed_at = time.monotonic()
-            old.kill(signal.SIGKILL)
-    topology.wait_serving(new, slot, killed_at + FAILOVER_TIMEOUT_S)
-    failover_s = time.monotonic() - killed_at
+    writes = write_tail_and_kill(old, topology.server(new.port), stream=stream, n_before=n_before, n_tail=n_tail)
+    topology.wait_serving(new, slot, writes.killed_at + FAILOVER_TIMEOUT_S)
+    result = count_tail(
+        topology.server(new.port), stream, writes, ("127.0.0.1", master.port), ("127.0.0.1", new.port)
+    )
     with contextlib.closing(topology.server(new.port).client()) as client:
-        result = ClusterTailLoss(
-            before=len(before_ids),
-            tail=len(tail_ids),
-            wait_before=wait_before,
-            wait_tail=wait_tail,
-            before_survived=count_present(client, stream, before_ids),
-            tail_survived=count_present(client, stream, tail_ids),
-            old_master=master.port,
-            new_master=new.port,
-            failover_s=failover_s,
-        )
         client.delete(stream)
     topology.start(old)
     topology.wait_ready()
-    log.info("cluster failover %s -> %s in %.1f s: %s", master.port, new.port, failover_s, result)
+    log.info("cluster failover %s -> %s in %.1f s: %s", master.port, new.port, result.failover_s, result)
     return result
 
 

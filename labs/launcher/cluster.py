@@ -122,11 +122,7 @@ class ClusterTopology(Topology):
 
     def ensure(self) -> Addresses:
         """Start what is not running, form the cluster if its nodes are new, wait until ready."""
-        if not any(proc.pid() for proc in self.servers):
-            self._write_configs()
-        for proc in self.servers:
-            if proc.pid() is None:
-                self.start(proc)
+        super().ensure()  # configs written when nothing runs, missing nodes started
         if self._fresh():
             self.form()
         self.wait_ready()
