@@ -61,7 +61,7 @@ class SlotMap:
         self._startup = list(startup)
         self._owners: list[Address | None] = [None] * SLOTS
         self.watched: set[int] = set()  # slots whose change of master is logged (the shards' slots)
-        self._nodes: dict[Address, aioredis.Redis] = {}
+        self._nodes: dict[tuple[Address, bool], aioredis.Redis] = {}
         self._refreshed_at = float("-inf")
         self._lock: asyncio.Lock | None = None  # made on first use: never bind a loop in __init__
 
@@ -91,19 +91,23 @@ class SlotMap:
             log.info("slot %s moved: %s -> %s (MOVED)", slot, _shown(self._owners[slot]), _shown(addr))
             self._owners[slot] = addr
 
-    def node(self, addr: Address) -> aioredis.Redis:
-        """A plain client of one node (``CLUSTER SLOTS``, ``ASKING``), made once per address."""
-        if addr not in self._nodes:
+    def node(self, addr: Address, *, probe: bool = False) -> aioredis.Redis:
+        """A plain client of one node, made once per address: for ``ASKING`` + a command, or a ``probe``.
+
+        A probe (``CLUSTER SLOTS``) waits at most ``connect_timeout_s`` for its answer, so that a
+        master that hangs (paused, swapping) costs a refresh one short timeout, not a socket timeout.
+        """
+        if (addr, probe) not in self._nodes:
             pool = ConnectionPool(
                 connection_class=PackingConnection,
                 host=addr[0],
                 port=addr[1],
-                socket_timeout=self.options.socket_timeout_s,
+                socket_timeout=self.options.connect_timeout_s if probe else self.options.socket_timeout_s,
                 socket_connect_timeout=self.options.connect_timeout_s,
                 retry=Retry(NoBackoff(), 0),
             )
-            self._nodes[addr] = aioredis.Redis.from_pool(pool)
-        return self._nodes[addr]
+            self._nodes[addr, probe] = aioredis.Redis.from_pool(pool)
+        return self._nodes[addr, probe]
 
     async def refresh(self, *, required: bool = False) -> bool:
         """``CLUSTER SLOTS`` from the first node that answers (known masters first); at most once per interval.
@@ -119,7 +123,9 @@ class SlotMap:
             last: Exception | None = None
             for addr in dict.fromkeys([*self.masters(), *self._startup]):
                 try:
-                    reply = await self.node(addr).execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+                    reply = await self.node(addr, probe=True).execute_command(  # type: ignore[no-untyped-call]
+                        "CLUSTER", "SLOTS"
+                    )
                 except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
                     last = exc
                     continue
