@@ -25,6 +25,16 @@ What happens on the way:
   from ``CLUSTER SLOTS``, the command sent again, for up to ``retry_for_s``, after which the last
   error is raised. One log line when a shard's trouble starts (and a reminder every 30 s), one
   when it ends: never one per attempt.
+- A master that hangs instead of dying keeps its connections open and silent: run
+  :meth:`ClusterRouter.watch` beside the readers, and once the cluster has promoted the replica
+  the connections to the old master are closed, so a blocked XREADGROUP moves at once instead
+  of sitting out its socket timeout.
+
+For the sharded worker: one router per process (``await ClusterRouter.connect(nodes)``), the
+shard set from :func:`solutions.shards.ensure_shards`, and per shard ``router.client(name)`` as
+the client of that shard's reader, rescuer and acks, with settings from
+:func:`solutions.shards.shard_settings` (the stream set to the shard's name, so its DLQ, lease
+and markers share its slot); ``router.watch()`` as one more task.
 
 As with redis-py's own ``Retry``, a command whose connection broke after it was sent may be
 sent twice; the worker's commands are safe to repeat (reads, XACK, its scripts), and a
@@ -33,9 +43,11 @@ producer that must know counts such a send as of unknown outcome.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -75,9 +87,11 @@ class ShardClient(aioredis.Redis):
 
     def __init__(self, slot_map: SlotMap, slot: int, *, name: str) -> None:
         opts = slot_map.options
+        self.connections: weakref.WeakSet[SlotOwnerConnection] = weakref.WeakSet()
         pool = ConnectionPool(
             connection_class=SlotOwnerConnection,
             owner=functools.partial(slot_map.owner_of, slot),
+            registry=self.connections,
             socket_timeout=opts.socket_timeout_s,
             socket_connect_timeout=opts.connect_timeout_s,
             retry=Retry(NoBackoff(), 0),  # one attempt per send: routed() decides what comes next
@@ -94,6 +108,17 @@ class ShardClient(aioredis.Redis):
         """Any command, on the master of this client's slot (MOVED, ASK and failovers followed)."""
         parent = super().execute_command
         return await self.routed(lambda: parent(*args, **options), ask=(args, options))  # type: ignore[no-untyped-call]
+
+    async def drop_stale_connections(self) -> int:
+        """Close this shard's connections (idle or in use) to a node that no longer owns its slot.
+
+        A command blocked on such a connection (an XREADGROUP on a master that hangs) fails at
+        once with a connection error, and :meth:`routed` sends it again to the new master.
+        """
+        stale = [conn for conn in list(self.connections) if conn.stale]
+        for conn in stale:
+            await conn.disconnect()
+        return len(stale)
 
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> ShardPipeline:
         return ShardPipeline(self, transaction, shard_hint)
@@ -208,6 +233,21 @@ class ClusterRouter:
     def masters(self) -> dict[Address, list[tuple[int, int]]]:
         """Each master's slot ranges, as the map knows them now."""
         return self.slot_map.masters()
+
+    async def watch(self, *, interval_s: float = 0.5) -> None:
+        """Re-read the slot map every ``interval_s`` and cut connections to replaced masters; until cancelled.
+
+        A killed master resets its connections, so its clients notice at once; a master that
+        hangs (SIGSTOP, a partition, a long stall) keeps them open and silent, and a blocked
+        XREADGROUP would sit out its whole socket timeout after the cluster has promoted the
+        replica. The cluster's counterpart of :class:`~solutions.failover_watch.FailoverWatch`.
+        """
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.slot_map.refresh()
+            for client in list(self._clients.values()):
+                if dropped := await client.drop_stale_connections():
+                    log.info("slot %s: closed %s connection(s) to its old master", client.slot, dropped)
 
     async def aclose(self) -> None:
         for client in self._clients.values():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableSet, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,9 +161,21 @@ class SlotOwnerConnection(PackingConnection):
     map, a connection still open to the old owner is closed and reopened to the new one.
     """
 
-    def __init__(self, *, owner: Callable[[], Address], **kwargs: Any) -> None:
+    def __init__(
+        self, *, owner: Callable[[], Address], registry: MutableSet[SlotOwnerConnection] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._owner = owner
+        if registry is not None:
+            registry.add(self)  # the shard client's list of its connections (a WeakSet)
+
+    @property
+    def stale(self) -> bool:
+        """Connected to a node that no longer owns the slot (as far as the map knows)."""
+        try:
+            return self.is_connected and (self.host, self.port) != self._owner()
+        except RedisConnectionError:
+            return False
 
     async def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
         if not self.is_connected:

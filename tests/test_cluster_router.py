@@ -184,19 +184,59 @@ def test_a_dead_or_hung_master_is_ridden_out_with_one_log_line_each_way(
     assert 1 <= attempts <= 30, f"backoff, not a hot loop: {works[0]}"
 
 
-def _hang_until_replaced(cluster: ClusterTopology, port: int) -> None:
-    """SIGSTOP the master at ``port`` until its replica serves its slots, then SIGCONT it."""
+@pytest.mark.failover
+def test_watch_frees_a_read_blocked_on_a_hung_master(healthy_cluster: ClusterTopology) -> None:
+    """Without the watch the read would wait out its 12 s socket timeout on the stopped master."""
+    name = shard_name("test:watch", "w")
+    options = RoutingOptions(socket_timeout_s=12.0)
+
+    async def scenario() -> float:
+        async with await ClusterRouter.connect(startup(healthy_cluster), options) as router:
+            shard = router.client(name)
+            await shard.delete(name)
+            await shard.xgroup_create(name, "g", id="$", mkstream=True)
+            owner = router.owner(name)
+            assert owner is not None
+            watch = asyncio.create_task(router.watch(interval_s=0.2))
+            reader = asyncio.create_task(shard.xreadgroup("g", "c", {name: ">"}, count=1, block=10_000))
+            await _until_blocked(healthy_cluster.server(owner[1]))
+            stopped_at = time.monotonic()
+            pid = healthy_cluster.server(owner[1]).pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                await asyncio.to_thread(_wait_promoted, healthy_cluster, owner[1])
+                msg_id = await shard.xadd(name, {"after": "stall"})  # to the new master
+                got = await asyncio.wait_for(reader, 8)
+                elapsed_s = time.monotonic() - stopped_at
+            finally:
+                os.kill(pid, signal.SIGCONT)
+                watch.cancel()
+            assert got[0][1][0][0] == msg_id
+            await shard.delete(name)
+            return elapsed_s
+
+    elapsed_s = asyncio.run(scenario())
+    assert elapsed_s < 10.0, "the read moved before its BLOCK (10 s) or socket timeout (12 s) ran out"
+
+
+def _wait_promoted(cluster: ClusterTopology, port: int) -> None:
+    """Until the replica of the (stopped) master at ``port`` says it serves that master's slots."""
     view = cluster.nodes()
     master = next(n for n in view if n.port == port)
     replica = replicas_of(view, master)[0]
+    promoted = cluster.server(replica.port)
+    _wait(lambda: (o := owner(nodes_view(promoted) or [], master.slots[0][0])) is not None
+          and o.node_id == replica.node_id, 30, f"{replica.port} to be promoted")
+
+
+def _hang_until_replaced(cluster: ClusterTopology, port: int) -> None:
+    """SIGSTOP the master at ``port`` until its replica serves its slots, then SIGCONT it."""
     pid = cluster.server(port).pid()
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
     try:
-        # The launcher's wait_serving asks every node, and a stopped one never answers: ask the replica.
-        promoted = cluster.server(replica.port)
-        _wait(lambda: (o := owner(nodes_view(promoted) or [], master.slots[0][0])) is not None
-              and o.node_id == replica.node_id, 30, f"{replica.port} to be promoted")
+        _wait_promoted(cluster, port)  # the launcher's wait_serving asks every node; a stopped one never answers
     finally:
         os.kill(pid, signal.SIGCONT)
 
