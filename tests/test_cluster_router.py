@@ -95,6 +95,30 @@ def test_each_shards_commands_reach_only_its_own_master(cluster: ClusterTopology
         assert calls.get("xadd", 0) == 2 and calls.get("evalsha", 0) == 2, "EVALSHA: NOSCRIPT, SCRIPT LOAD, again"
 
 
+def test_a_stale_map_is_corrected_by_moved_for_commands_transactions_and_scripts(cluster: ClusterTopology) -> None:
+    name = "test:stale:{s}"
+
+    async def scenario() -> list[Any]:
+        async with await ClusterRouter.connect(startup(cluster)) as router:
+            shard = router.client(name)
+            right = router.owner(name)
+            wrong = next(addr for addr in router.masters() if addr != right)
+            seen = []
+            router.slot_map.moved(shard.slot, wrong)
+            async with shard.pipeline(transaction=True) as pipe:  # MULTI: refused whole, then sent again
+                pipe.set(name, 1).incr(name)
+                seen.append(await pipe.execute())
+            router.slot_map.moved(shard.slot, wrong)
+            seen.append(await shard.get(name))
+            router.slot_map.moved(shard.slot, wrong)
+            seen.append(await shard.register_script("return redis.call('INCR', KEYS[1])")(keys=[name]))
+            seen.append(router.owner(name) == right)
+            await shard.delete(name)
+            return seen
+
+    assert asyncio.run(scenario()) == [[True, 2], b"2", 3, True], "each ran once, on the right master"
+
+
 @pytest.mark.failover
 def test_moved_after_cluster_failover_is_followed_by_a_blocked_read_and_a_pipeline(
     healthy_cluster: ClusterTopology, caplog: pytest.LogCaptureFixture
