@@ -11,10 +11,11 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help setup redis-bin browser up up-aof up-sentinel failover failover-hard status down \
-        jupyter test lint clean bench lab-1 check-lab-1 kit notebooks-html
+        up-cluster failover-cluster failover-cluster-hard \
+        jupyter student test lint clean bench lab-1 check-lab-1 kit notebooks-html
 
 help: ## list the targets
-	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-22s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: Python >= 3.11 is needed, found " + sys.version.split()[0])'
@@ -47,15 +48,28 @@ failover: setup ## graceful SENTINEL FAILOVER, timed
 failover-hard: setup ## kill -9 of the current master, timed
 	@$(LAB) failover --hard
 
-status: setup ## roles, ports, offsets, each sentinel's master
+up-cluster: setup ## start the cluster: 3 masters + 3 replicas on 6400-6405 (bus ports +10000)
+	@$(LAB) up cluster
+
+failover-cluster: setup ## CLUSTER FAILOVER on the replica of the master with slot 0, timed
+	@$(LAB) failover cluster
+
+failover-cluster-hard: setup ## kill -9 of the master with slot 0, timed; it comes back as a replica
+	@$(LAB) failover cluster --hard
+
+status: setup ## roles, ports, offsets, each sentinel's master, each cluster master's slots
 	@$(LAB) status
 
 down: setup ## stop every Redis process the launcher started
 	@$(LAB) down
 
-jupyter: setup ## JupyterLab on notebooks/ (adds --allow-root when run as root)
+jupyter: setup $(if $(STUDENT),student) ## JupyterLab on notebooks/ (STUDENT=1: on the student edition; --allow-root as root)
 	@if [ "$$(id -u)" = 0 ]; then echo "running as root (a container or a classroom VM): starting JupyterLab with --allow-root"; fi
-	@$(VENV)/bin/jupyter lab --notebook-dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	@$(VENV)/bin/jupyter lab --config=$(CURDIR)/jupyter/jupyter_lab_config.py \
+		--notebook-dir=$(if $(STUDENT),student/notebooks,notebooks) $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+student: setup ## the student edition in student/notebooks/: solutions blanked, checks and quizzes kept (FORCE=1 replaces yours)
+	@$(PY) -m labs.exercises.edition $(if $(FORCE),--force)
 
 notebooks-html: setup ## executed HTML copies of the notebooks in notebooks/html/, for reading without a kernel
 	@$(VENV)/bin/jupyter nbconvert --execute --to html --output-dir notebooks/html \

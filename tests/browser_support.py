@@ -156,6 +156,7 @@ def _jupyter_command(work_dir: Path, root_dir: Path, port: int, token: str) -> l
     command = [
         str(Path(sys.executable).with_name("jupyter")),
         "lab",
+        f"--config={ROOT / 'jupyter' / 'jupyter_lab_config.py'}",  # as `make jupyter`: no news prompt, no nbgrader UI
         "--no-browser",
         f"--port={port}",
         "--ServerApp.ip=127.0.0.1",
@@ -262,15 +263,16 @@ class RunReport:
 
 
 def _settings_dir(work_dir: Path) -> Path:
-    """User settings for the test's JupyterLab: every cell in the DOM, no news toasts."""
+    """User settings for the test's JupyterLab: every cell in the DOM.
+
+    Nothing about news: the news prompt is switched off by the settings the repository ships
+    (``jupyter/lab/settings/overrides.json``, loaded through ``--config``), as a student gets them.
+    """
     settings = work_dir / "lab-settings"
     tracker = settings / "@jupyterlab" / "notebook-extension"
     tracker.mkdir(parents=True)
     # Windowing would leave off-screen cells (the panel too) out of the DOM.
     (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
-    apputils = settings / "@jupyterlab" / "apputils-extension"
-    apputils.mkdir(parents=True)
-    (apputils / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     return settings
 
 

@@ -28,6 +28,7 @@ import redis
 from monitoring_support import MonitoredStack
 
 from labs.launcher import ports, prom_binaries
+from labs.launcher.cluster import ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.monitoring import Monitoring
 from labs.launcher.topology import Topology, _distinct_free_ports, iter_topologies
@@ -51,6 +52,8 @@ def _free_ports_into_env() -> None:
                 ports.PROMETHEUS_PORT_VAR):
         os.environ[var] = str(ports.free_port())
     os.environ[ports.SENTINEL_PORTS_VAR] = ",".join(str(ports.free_port()) for _ in range(3))
+    # Cluster nodes also listen on port + 10000 (the cluster bus): both must be free.
+    os.environ[ports.CLUSTER_PORTS_VAR] = ",".join(map(str, ports.free_cluster_ports(6)))
     os.environ[ports.EXPORTER_PORTS_VAR] = ",".join(str(p) for p in _distinct_free_ports(EXPORTER_SLOTS))
 
 
@@ -152,6 +155,31 @@ def topology_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calla
     yield make
     for topo in made:
         topo.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopology]:
+    """3 masters + 3 replicas on free ports, shared by one test module (it forms in about 3 s).
+
+    Tests that fail it over or change its settings take :func:`healthy_cluster` instead, which
+    makes it whole again afterwards; none may assume which node is a master.
+    """
+    if not (shutil.which("redis-server") and shutil.which("redis-cli")):
+        pytest.skip("redis-server or redis-cli is not installed (run 'make setup')")
+    topo = Topology.on_free_ports("cluster", tmp_path_factory.mktemp("cluster"))
+    assert isinstance(topo, ClusterTopology)
+    try:
+        topo.ensure()
+        yield topo
+    finally:
+        topo.stop()
+
+
+@pytest.fixture
+def healthy_cluster(cluster: ClusterTopology) -> Iterator[ClusterTopology]:
+    """The module's cluster; afterwards a killed node is restarted and every replica linked again."""
+    yield cluster
+    cluster.ensure()
 
 
 @pytest.fixture

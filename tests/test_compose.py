@@ -8,7 +8,8 @@ from typing import Any
 import yaml
 
 from labs.launcher import ports
-from labs.launcher.configs import sentinel_conf
+from labs.launcher.cluster import DEFAULT_NODE_TIMEOUT_MS, ClusterTopology
+from labs.launcher.configs import cluster_lines, sentinel_conf
 from labs.launcher.topology import MASTER_NAME, QUORUM, Topology
 
 COMPOSE = Path(__file__).resolve().parents[1] / "compose"
@@ -68,4 +69,23 @@ def test_sentinel_yml_mirrors_the_native_topology(tmp_path: Path) -> None:
         if line.startswith("sentinel "):
             assert line in script, f"compose sentinel lacks {line!r}"
     assert f"sentinel monitor {MASTER_NAME} 127.0.0.1 {native.servers[0].port} {QUORUM}" in script
+    assert all(svc.get("network_mode") == "host" for svc in services.values())
+
+
+def test_cluster_yml_mirrors_the_native_topology(tmp_path: Path) -> None:
+    services = _load("cluster.yml")["services"]
+    defaults = [int(p) for p in ports.DEFAULTS[ports.CLUSTER_PORTS_VAR].split(",")]
+    native = Topology.create("cluster", tmp_path, server_ports=defaults)
+    assert isinstance(native, ClusterTopology)
+    nodes = {name: _flags(svc["command"]) for name, svc in services.items() if name.startswith("node-")}
+    assert sorted(int(flags["port"][0]) for flags in nodes.values()) == [p.port for p in native.servers]
+    settings = [line.split(" ", 1) for line in cluster_lines(DEFAULT_NODE_TIMEOUT_MS) if not line.startswith("#")]
+    for flags in nodes.values():
+        assert flags["appendonly"] == ["yes"] and flags["appendfsync"] == ["everysec"]
+        assert flags["bind"] == ["127.0.0.1"]
+        for key, value in settings:
+            assert flags[key] == [value], f"compose node lacks {key} {value}"
+    init = services["cluster-init"]["command"][-1]
+    create = f"redis-cli --cluster create {' '.join(f'127.0.0.1:{p.port}' for p in native.servers)}"
+    assert create in init and "--cluster-replicas 1 --cluster-yes" in init
     assert all(svc.get("network_mode") == "host" for svc in services.values())

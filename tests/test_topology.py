@@ -115,4 +115,4 @@ def test_sentinel_needs_a_replica_and_three_sentinels(tmp_path: Path) -> None:
 
 def test_unknown_topology_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LauncherError, match="unknown topology"):
-        Topology.create("cluster", tmp_path, server_ports=[7001])
+        Topology.create("galaxy", tmp_path, server_ports=[7001])

@@ -47,7 +47,7 @@ class TailLossResult:
     tail_survived: int  # of ``tail``, found on the new master
     old_master: Address
     new_master: Address
-    failover_s: float  # from the kill to a quorum of sentinels naming the new master
+    failover_s: float  # from the kill until a quorum of sentinels (on a cluster: every live node) names the new master
     tail_ids: tuple[str, ...] = field(default=(), repr=False)  # the producer's record of the tail
 
 
@@ -104,11 +104,17 @@ def replica_cut(topology: Topology, timeout_s: float = 5.0) -> Iterator[RedisPro
     replica is resumed (``SIGCONT``) and reconnects by itself, to the master if it still runs.
     """
     wait_replicas_online(topology, timeout_s)
-    replica = replica_of(topology)
+    master = topology.server(topology.master_addr()[1])
+    with link_cut(master, replica_of(topology), timeout_s) as replica:
+        yield replica
+
+
+@contextlib.contextmanager
+def link_cut(master: RedisProcess, replica: RedisProcess, timeout_s: float = 5.0) -> Iterator[RedisProcess]:
+    """:func:`replica_cut` for a given master and replica (a cluster has one pair per shard)."""
     pid = replica.pid()
     if pid is None:
         raise LauncherError(f"{replica.name} is not running")
-    master = topology.server(topology.master_addr()[1])
     os.kill(pid, signal.SIGSTOP)
     try:
         with contextlib.closing(master.client()) as client:
@@ -133,31 +139,58 @@ def failover_tail_loss(
     """
     wait_replicas_online(topology)
     old = topology.master_addr()
-    with contextlib.closing(topology.server(old[1]).client()) as client:
+    master, replica = topology.server(old[1]), replica_of(topology)
+    writes = write_tail_and_kill(
+        master, replica, stream=stream, n_before=n_before, n_tail=n_tail, wait_timeout_ms=wait_timeout_ms
+    )
+    new = topology.wait_new_master(old, time.monotonic() + FAILOVER_TIMEOUT_S)
+    result = count_tail(topology.server(new[1]), stream, writes, old, new)
+    log.info("failover %s -> %s in %.1f s: %s", old, new, result.failover_s, result)
+    return result
+
+
+@dataclass(frozen=True)
+class TailWrites:
+    """The producer's record: IDs acknowledged while linked and while cut, WAIT's replies, the kill time."""
+
+    before_ids: list[str]
+    tail_ids: list[str]
+    wait_before: int
+    wait_tail: int
+    killed_at: float  # time.monotonic()
+
+
+def write_tail_and_kill(
+    master: RedisProcess, replica: RedisProcess, *, stream: str, n_before: int, n_tail: int, wait_timeout_ms: int = 100
+) -> TailWrites:
+    """Write ``n_before`` linked, ``WAIT 1``, cut the link, write ``n_tail``, ``WAIT 1``, SIGKILL ``master``."""
+    with contextlib.closing(master.client()) as client:
         before_ids = write_acknowledged(client, stream, n_before)
         wait_before = wait_replicas(client, 1, 5000)
-        with replica_cut(topology):
+        with link_cut(master, replica):
             tail_ids = write_acknowledged(client, stream, n_tail)
             wait_tail = wait_replicas(client, 1, wait_timeout_ms)
             killed_at = time.monotonic()
-            topology.kill(old[1], signal.SIGKILL)
-    new = topology.wait_new_master(old, time.monotonic() + FAILOVER_TIMEOUT_S)
-    failover_s = time.monotonic() - killed_at
-    with contextlib.closing(topology.server(new[1]).client()) as client:
-        result = TailLossResult(
-            before=len(before_ids),
-            tail=len(tail_ids),
-            wait_before=wait_before,
-            wait_tail=wait_tail,
-            before_survived=count_present(client, stream, before_ids),
-            tail_survived=count_present(client, stream, tail_ids),
+            master.kill(signal.SIGKILL)
+    return TailWrites(before_ids, tail_ids, wait_before, wait_tail, killed_at)
+
+
+def count_tail(new_master: RedisProcess, stream: str, writes: TailWrites, old: Address, new: Address) -> TailLossResult:
+    """Count on the promoted master which of the producer's acknowledged writes it has (now: the failover's end)."""
+    failover_s = time.monotonic() - writes.killed_at
+    with contextlib.closing(new_master.client()) as client:
+        return TailLossResult(
+            before=len(writes.before_ids),
+            tail=len(writes.tail_ids),
+            wait_before=writes.wait_before,
+            wait_tail=writes.wait_tail,
+            before_survived=count_present(client, stream, writes.before_ids),
+            tail_survived=count_present(client, stream, writes.tail_ids),
             old_master=old,
             new_master=new,
             failover_s=failover_s,
-            tail_ids=tuple(tail_ids),
+            tail_ids=tuple(writes.tail_ids),
         )
-    log.info("failover %s -> %s in %.1f s: %s", old, new, failover_s, result)
-    return result
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@
 >>> launcher.failover(hard=True)             # kill -9 the master, wait for a quorum
 >>> launcher.status("sentinel").nodes        # roles and replication offsets
 >>> launcher.stop("sentinel")                # stop every process it started
+>>> launcher.ensure("cluster").ports         # 3 masters + 3 replicas: any node starts a cluster client
+>>> launcher.failover_cluster(hard=True)     # kill -9 a master; returns when every node names its replica
 
 Ports and the run directory follow :mod:`labs.launcher.ports` and ``$LAB_RUN_DIR``; tests set those
 variables so that notebook kernels started by nbval use free ports too.
@@ -12,6 +14,7 @@ variables so that notebook kernels started by nbval use free ports too.
 
 from __future__ import annotations
 
+from labs.launcher.cluster import ClusterFailoverResult, ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.topology import (
     Addresses,
@@ -22,19 +25,21 @@ from labs.launcher.topology import (
 
 __all__ = [
     "Addresses",
+    "ClusterFailoverResult",
     "FailoverResult",
     "LauncherError",
     "Topology",
     "TopologyStatus",
     "ensure",
     "failover",
+    "failover_cluster",
     "status",
     "stop",
 ]
 
 
 def ensure(name: str = "single") -> Addresses:
-    """Start the topology ``single``, ``aof`` or ``sentinel`` (or reuse it) and return its addresses."""
+    """Start the topology ``single``, ``aof``, ``sentinel`` or ``cluster`` (or reuse it) and return its addresses."""
     return Topology.from_env(name).ensure()
 
 
@@ -46,6 +51,19 @@ def status(name: str = "single") -> TopologyStatus:
 def failover(*, hard: bool = False, timeout_s: float = 30.0, restart_old: bool = True) -> FailoverResult:
     """Fail the ``sentinel`` topology over; returns once a quorum reports the new master."""
     return Topology.from_env("sentinel").failover(hard=hard, timeout_s=timeout_s, restart_old=restart_old)
+
+
+def failover_cluster(
+    *, hard: bool = False, master_port: int | None = None, timeout_s: float = 30.0, restart_old: bool = True
+) -> ClusterFailoverResult:
+    """Fail one master of the ``cluster`` topology over (``CLUSTER FAILOVER``, or kill -9 with ``hard``).
+
+    Returns a :class:`~labs.launcher.cluster.ClusterFailoverResult` (``elapsed_s`` until every
+    live node names the new master, ``slots``, ``ready_s`` once the old master is a linked replica).
+    """
+    topo = Topology.from_env("cluster")
+    assert isinstance(topo, ClusterTopology)
+    return topo.failover(hard=hard, master_port=master_port, timeout_s=timeout_s, restart_old=restart_old)
 
 
 def stop(name: str = "single") -> list[int]:

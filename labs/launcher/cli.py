@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from labs.launcher import monitoring_cli
+from labs.launcher.cluster import ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.ports import DEFAULTS
 from labs.launcher.topology import TOPOLOGIES, Topology, TopologyStatus, default_run_dir
@@ -31,8 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("topology", choices=TOPOLOGIES, nargs="?", default="single")
     st = sub.add_parser("status", help="roles, ports, replication offsets, each sentinel's master")
     st.add_argument("topology", choices=(*TOPOLOGIES, "all"), nargs="?", default="all")
-    fo = sub.add_parser("failover", help="fail the sentinel topology over and time it")
-    fo.add_argument("--hard", action="store_true", help="kill -9 the master instead of SENTINEL FAILOVER")
+    fo = sub.add_parser("failover", help="fail the sentinel topology (or the cluster) over and time it")
+    fo.add_argument("topology", choices=("sentinel", "cluster"), nargs="?", default="sentinel")
+    fo.add_argument(
+        "--hard", action="store_true", help="kill -9 the master instead of SENTINEL FAILOVER (CLUSTER FAILOVER)"
+    )
+    fo.add_argument("--master-port", type=int, help="cluster: the master to replace (default: the one with slot 0)")
     fo.add_argument("--timeout-s", type=float, default=30.0, help="give up after this long (default 30)")
     fo.add_argument(
         "--no-restart", action="store_true", help="with --hard, leave the killed master down"
@@ -64,24 +69,20 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "monitoring":
         return monitoring_cli.run(args, console)
     if args.command == "up":
-        topo = Topology.from_env(args.topology)
-        before = [p.pid() for p in topo.processes]
-        addrs = topo.ensure()
-        verb = "reused" if all(before) else "started"
-        console.print(f"{args.topology}: {verb}; master {addrs.url}")
-        if addrs.sentinels:
-            listed = ", ".join(f"{h}:{p}" for h, p in addrs.sentinels)
-            console.print(f"sentinels {listed}, master name {addrs.master_name}")
-        monitoring_cli.refresh_if_running(console)
-        return 0
+        return _up(args)
     if args.command == "status":
         shown = [status for name in _names(args.topology) if (status := Topology.from_env(name).status()).running]
         for status in shown:
             _print_status(status)
         monitoring_cli.print_status(console)
         if not shown:
-            console.print("no topology is running (start one with 'make up', 'make up-aof' or 'make up-sentinel')")
+            console.print(
+                "no topology is running "
+                "(start one with 'make up', 'make up-aof', 'make up-sentinel' or 'make up-cluster')"
+            )
         return 0
+    if args.command == "failover" and args.topology == "cluster":
+        return _failover_cluster(args)
     if args.command == "failover":
         topo = Topology.from_env("sentinel")
         kind = "kill -9 of the master" if args.hard else "SENTINEL FAILOVER"
@@ -101,6 +102,38 @@ def run(args: argparse.Namespace) -> int:
     for name in _names(args.topology):
         stopped += Topology.from_env(name).stop()
     console.print(f"stopped {len(stopped)} process(es)" + (f": pids {stopped}" if stopped else ""))
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    topo = Topology.from_env(args.topology)
+    before = [p.pid() for p in topo.processes]
+    addrs = topo.ensure()
+    verb = "reused" if all(before) else "started"
+    where = "node" if args.topology == "cluster" else "master"
+    console.print(f"{args.topology}: {verb}; {where} {addrs.url}")
+    if args.topology == "cluster":
+        console.print(f"cluster nodes {', '.join(map(str, addrs.ports))}; 'make status' shows the slots")
+    if addrs.sentinels:
+        listed = ", ".join(f"{h}:{p}" for h, p in addrs.sentinels)
+        console.print(f"sentinels {listed}, master name {addrs.master_name}")
+    monitoring_cli.refresh_if_running(console)
+    return 0
+
+
+def _failover_cluster(args: argparse.Namespace) -> int:
+    topo = Topology.from_env("cluster")
+    assert isinstance(topo, ClusterTopology)
+    kind = "kill -9 of a master" if args.hard else "CLUSTER FAILOVER on a replica"
+    console.print(f"cluster failover by {kind} ...")
+    result = topo.failover(
+        hard=args.hard, timeout_s=args.timeout_s, restart_old=not args.no_restart, master_port=args.master_port
+    )
+    old, new = result.old_master[1], result.new_master[1]
+    slots = ", ".join(f"{lo}-{hi}" for lo, hi in result.slots)
+    console.print(f"{new} serves slots {slots} (was {old}) after {result.elapsed_s:.2f} s; every node says ok")
+    if result.ready_s is not None:
+        console.print(f"{old} is a linked replica of {new}; cluster ready again after {result.ready_s:.2f} s")
     return 0
 
 

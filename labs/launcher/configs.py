@@ -5,11 +5,11 @@ from __future__ import annotations
 from labs.launcher.process import RedisProcess
 from labs.launcher.sentinel import MASTER_NAME, QUORUM
 
-PERSISTENT = ("aof", "sentinel")
+PERSISTENT = ("aof", "sentinel", "cluster")
 
 
 def server_conf(topology: str, proc: RedisProcess, replica_of: int | None, extra: tuple[str, ...] = ()) -> str:
-    """A redis-server config: loopback, no RDB snapshots, AOF everysec for ``aof`` and ``sentinel``."""
+    """A redis-server config: loopback, no RDB snapshots, AOF everysec for ``aof``, ``sentinel``, ``cluster``."""
     persist = topology in PERSISTENT
     lines = [
         f"port {proc.port}",
@@ -40,3 +40,18 @@ def sentinel_conf(proc: RedisProcess, master_port: int, down_after_ms: int) -> s
         f"sentinel parallel-syncs {MASTER_NAME} 1",
     ]
     return "\n".join(lines) + "\n"
+
+
+def cluster_lines(node_timeout_ms: int) -> tuple[str, ...]:
+    """The settings that make a redis-server a node of the ``cluster`` topology (its state in ``nodes.conf``)."""
+    return (
+        "cluster-enabled yes",
+        "cluster-config-file nodes.conf",
+        f"cluster-node-timeout {node_timeout_ms}",
+        # With the default 'yes' a node refuses every key as soon as one slot has no live
+        # master, so while one shard's master is being replaced (about node-timeout plus the
+        # election) every other shard stalls too. 'no' keeps the healthy shards serving; only
+        # the keys of the failed master's slots wait for its replica's promotion.
+        "# 'no': one shard's failover must not stall the others (labs/launcher/configs.py)",
+        "cluster-require-full-coverage no",
+    )

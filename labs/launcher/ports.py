@@ -8,6 +8,7 @@ The defaults stay away from 6379 so that a student's own Redis is never touched.
 | aof | redis-server | 6391 | ``LAB_AOF_PORT`` |
 | sentinel | master, replica | 6392, 6393 | ``LAB_SENTINEL_MASTER_PORT``, ``LAB_SENTINEL_REPLICA_PORT`` |
 | sentinel | three sentinels | 26390-26392 | ``LAB_SENTINEL_PORTS`` (comma-separated) |
+| cluster | 3 masters + 3 replicas | 6400-6405 (bus ports +10000) | ``LAB_CLUSTER_PORTS`` (comma-separated) |
 | monitoring | Prometheus | 9390 | ``LAB_PROMETHEUS_PORT`` |
 | monitoring | one exporter per node | 9391+ | ``LAB_EXPORTER_PORTS`` (the first port, or comma-separated) |
 """
@@ -24,6 +25,9 @@ AOF_PORT_VAR = "LAB_AOF_PORT"
 MASTER_PORT_VAR = "LAB_SENTINEL_MASTER_PORT"
 REPLICA_PORT_VAR = "LAB_SENTINEL_REPLICA_PORT"
 SENTINEL_PORTS_VAR = "LAB_SENTINEL_PORTS"
+CLUSTER_PORTS_VAR = "LAB_CLUSTER_PORTS"
+# A cluster node also listens on its cluster bus port, always its port + 10000.
+CLUSTER_BUS_OFFSET = 10000
 PROMETHEUS_PORT_VAR = "LAB_PROMETHEUS_PORT"
 EXPORTER_PORTS_VAR = "LAB_EXPORTER_PORTS"
 
@@ -33,6 +37,7 @@ DEFAULTS: dict[str, str] = {
     MASTER_PORT_VAR: "6392",
     REPLICA_PORT_VAR: "6393",
     SENTINEL_PORTS_VAR: "26390,26391,26392",
+    CLUSTER_PORTS_VAR: "6400,6401,6402,6403,6404,6405",
     PROMETHEUS_PORT_VAR: "9390",
     EXPORTER_PORTS_VAR: "9391",
 }
@@ -62,3 +67,24 @@ def in_use(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
+
+
+def free_cluster_ports(n: int) -> list[int]:
+    """``n`` distinct free ports whose cluster bus ports (+10000) are free and valid as well."""
+    picked: list[int] = []
+    while len(picked) < n:
+        port = free_port()
+        bus = port + CLUSTER_BUS_OFFSET
+        taken = {*picked, *(p + CLUSTER_BUS_OFFSET for p in picked)}
+        if bus < 65536 and not {port, bus} & taken and _bindable(bus):
+            picked.append(port)
+    return picked
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

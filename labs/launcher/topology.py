@@ -1,4 +1,4 @@
-"""The native Redis topologies: ``single``, ``aof`` and ``sentinel``, started as real processes.
+"""The native Redis topologies: ``single``, ``aof``, ``sentinel`` (and ``cluster``, in :mod:`labs.launcher.cluster`).
 
 Everything a topology writes (configs, logs, pid files, data) lives under
 ``<run_dir>/<topology>/``, where ``run_dir`` is ``$LAB_RUN_DIR`` or ``.run`` at the
@@ -24,7 +24,7 @@ from labs.launcher.status import SentinelStatus, TopologyStatus, node_status
 
 __all__ = ["MASTER_NAME", "QUORUM", "Address", "Addresses", "FailoverResult", "Topology", "TopologyStatus"]
 
-TOPOLOGIES = ("single", "aof", "sentinel")
+TOPOLOGIES = ("single", "aof", "sentinel", "cluster")
 DOWN_AFTER_VAR = "LAB_DOWN_AFTER_MS"
 RUN_DIR_VAR = "LAB_RUN_DIR"
 READY_TIMEOUT_S = 30.0
@@ -83,6 +83,10 @@ class Topology:
     ) -> Topology:
         if name not in TOPOLOGIES:
             raise LauncherError(f"unknown topology {name!r}; choose one of {', '.join(TOPOLOGIES)}")
+        if name == "cluster":
+            from labs.launcher.cluster import ClusterTopology  # local: cluster.py builds on this module
+
+            return ClusterTopology.build(run_dir, server_ports, port_vars=port_vars, extra_config=extra_config)
         if down_after_ms < 100:
             raise LauncherError(f"down-after-milliseconds {down_after_ms} is too small (>= 100)")
         home = Path(run_dir).resolve() / name
@@ -107,6 +111,9 @@ class Topology:
         if name == "aof":
             (port,) = ports.from_env(ports.AOF_PORT_VAR)[:1]
             return cls.create(name, run, server_ports=[port], port_vars={port: ports.AOF_PORT_VAR})
+        if name == "cluster":
+            nodes = ports.from_env(ports.CLUSTER_PORTS_VAR)
+            return cls.create(name, run, server_ports=nodes, port_vars=dict.fromkeys(nodes, ports.CLUSTER_PORTS_VAR))
         master = ports.from_env(ports.MASTER_PORT_VAR)[0]
         replica = ports.from_env(ports.REPLICA_PORT_VAR)[0]
         watchers = ports.from_env(ports.SENTINEL_PORTS_VAR)
@@ -124,6 +131,8 @@ class Topology:
     @classmethod
     def on_free_ports(cls, name: str, run_dir: Path, *, down_after_ms: int = 1000) -> Topology:
         """The same topology on ports the kernel says are free (tests run beside a lab)."""
+        if name == "cluster":
+            return cls.create(name, run_dir, server_ports=ports.free_cluster_ports(6))
         n_servers, n_sentinels = (2, 3) if name == "sentinel" else (1, 0)
         picked = _distinct_free_ports(n_servers + n_sentinels)
         return cls.create(
