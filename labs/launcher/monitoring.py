@@ -18,7 +18,7 @@ the exporters' collect script, the workers' service discovery files (``workers/`
 | Prometheus | 9390 | ``LAB_PROMETHEUS_PORT`` |
 | exporters | 9391+ (a slot per node of every topology) | ``LAB_EXPORTER_PORTS`` (first port, or a list) |
 | time scale of the lab rules | 60 (minutes become seconds; 1 = production) | ``LAB_MONITORING_TIME_SCALE`` |
-| streams the exporters inspect | ``*orders,*orders:dlq`` (SCAN patterns) | ``LAB_MONITORING_STREAMS`` |
+| streams to inspect | ``*orders``, ``*orders:dlq`` and cluster shards ``*orders:{*}`` | ``LAB_MONITORING_STREAMS`` |
 
 A topology supplies its nodes through :func:`topology_nodes` (its ``servers`` and ``sentinels``),
 so a new topology needs nothing here; a cluster's exporters get ``-is-cluster``. The add-on knows
@@ -50,7 +50,7 @@ PROMETHEUS_PORT_VAR = ports.PROMETHEUS_PORT_VAR
 EXPORTER_PORTS_VAR = ports.EXPORTER_PORTS_VAR
 TIME_SCALE_VAR = "LAB_MONITORING_TIME_SCALE"
 STREAMS_VAR = "LAB_MONITORING_STREAMS"
-DEFAULTS = {TIME_SCALE_VAR: "60", STREAMS_VAR: "*orders,*orders:dlq"}
+DEFAULTS = {TIME_SCALE_VAR: "60", STREAMS_VAR: "*orders,*orders:dlq,*orders:{*},*orders:{*}:dlq"}
 RETENTION = "2h"
 EXPORTER_CONNECT_TIMEOUT = "1s"  # a stalled Redis shows as redis_up 0 within a scrape
 
@@ -201,6 +201,9 @@ class Monitoring:
             [ExporterTarget(self.exporter_port(n), n.topology, n.port, n.sentinel) for n in nodes]
         )
         self._stop_unwanted({e.name for e in wanted.values()})
+        for exporter in wanted.values():
+            if exporter.pid() is not None and not exporter.runs_current_argv():
+                exporter.kill()  # its flags changed (other streams, say): start it again
         prom = self.prometheus()
         to_start = [(s, EXPORTER_PORTS_VAR) for s in wanted.values() if s.pid() is None]
         to_start += [(prom, PROMETHEUS_PORT_VAR)] if prom.pid() is None else []
@@ -282,11 +285,16 @@ class Monitoring:
     def wait_targets_up(
         self, timeout_s: float = 20.0, *, jobs: tuple[str, ...] = ("redis", "redis-sentinel")
     ) -> list[Target]:
-        """Poll ``/api/v1/targets`` until every target of ``jobs`` has been scraped and is up."""
+        """Poll ``/api/v1/targets`` until the exporters of every running node are targets, scraped and up.
+
+        After a reload (SIGHUP) the old target list answers for a moment: the expected nodes decide.
+        """
+        running = [self.topology(name) for name in self.running_topologies()]
+        expected = {f"127.0.0.1:{n.port}" for topo in running for n in topology_nodes(topo)}
         deadline = time.monotonic() + timeout_s
         while True:
             targets = [t for t in self.targets() if t.job in jobs]
-            if targets and all(t.health == "up" for t in targets):
+            if {t.labels.get("node") for t in targets} >= expected and all(t.health == "up" for t in targets):
                 return targets
             if time.monotonic() > deadline:
                 bad = [f"{t.labels.get('node', t.url)} {t.health} {t.last_error}" for t in targets if t.health != "up"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -65,18 +67,28 @@ def print_status(console: Console, mon: Monitoring | None = None) -> bool:
     except LauncherError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return True
-    table = Table(title=f"monitoring: Prometheus {mon.url}", title_justify="left")
-    for col in ("job", "topology", "node / worker", "scrape url", "health", "last error"):
-        table.add_column(col)
-    for t in sorted(targets, key=lambda t: (t.job, t.url)):
-        who = t.labels.get("node") or t.labels.get("worker") or ""
-        colour = "green" if t.health == "up" else "red"
-        table.add_row(t.job, t.labels.get("topology", ""), who, t.url, f"[{colour}]{t.health}[/{colour}]", t.last_error)
+    table = Table(title=f"monitoring: Prometheus {mon.url}", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("job", "topology / worker", "scraped at"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("health", overflow="fold")
+    for t in sorted(targets, key=lambda t: (t.job, t.labels.get("topology", ""), t.url)):
+        who = " ".join(filter(None, (t.labels.get("topology"), t.labels.get("node")))) or t.labels.get("worker", "")
+        health = f"[green]{t.health}[/green]" if t.health == "up" else f"[red]{t.health}[/red] {_short(t.last_error)}"
+        table.add_row(t.job, who, urlsplit(t.url).netloc, health.strip())
     console.print(table)
     for a in alerts:
         where = a.labels.get("node") or a.labels.get("stream") or a.labels.get("instance", "")
         console.print(f"alert {a.name} ({a.severity}) {a.state} on {where}")
     return True
+
+
+def _short(error: str) -> str:
+    """What a scrape error means, in a few words (the whole text is in Prometheus's /targets page)."""
+    lowered = error.lower()
+    for phrase, short in (("refused", "(refused)"), ("deadline", "(timeout)"), ("timeout", "(timeout)")):
+        if phrase in lowered:
+            return short
+    return error.rsplit(": ", 1)[-1][:40]
 
 
 def stop_if_running(console: Console) -> None:

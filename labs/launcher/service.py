@@ -8,6 +8,7 @@ is gone or runs something else is stale. Readiness is an HTTP GET on 127.0.0.1 t
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -57,6 +58,17 @@ class ServiceProcess:
         return self.home / f"{self.name}.log"
 
     @property
+    def argvfile(self) -> Path:
+        return self.home / f"{self.name}.argv"
+
+    def runs_current_argv(self) -> bool:
+        """True when the running process was started with this ``argv`` (a changed flag needs a restart)."""
+        try:
+            return tuple(json.loads(self.argvfile.read_text())) == self.argv
+        except (OSError, ValueError):
+            return False
+
+    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
@@ -93,6 +105,7 @@ class ServiceProcess:
                 start_new_session=True, cwd=self.home,
             )
         self.pidfile.write_text(f"{proc.pid}\n")
+        self.argvfile.write_text(json.dumps(self.argv))
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if proc.poll() is not None:

@@ -17,7 +17,7 @@
 -- Fine for a lab and for a broker instance with few keys; on a large shared instance list the
 -- streams by name (a pattern without "*" still costs a SCAN here: replace the loop by the names).
 
-local PATTERNS = {"*orders", "*orders:dlq"}  -- replaced by labs.launcher.monitoring from its settings
+local PATTERNS = {"*orders", "*orders:dlq", "*orders:{*}", "*orders:{*}:dlq"}  -- replaced by labs.launcher.monitoring from its settings
 
 local out = {}
 
