@@ -160,8 +160,10 @@ def test_make_status_shows_each_target_health(stack: Monitoring) -> None:
         "LAB_SENTINEL_PORTS": ",".join(str(p.port) for p in sentinel.sentinels),
         "LAB_PROMETHEUS_PORT": str(stack.prometheus_port), "LAB_EXPORTER_PORTS": ",".join(map(str, exporter_ports)),
     }
-    out = subprocess.run([sys.executable, "-m", "labs", "status"], capture_output=True, text=True, env=env,
-                         timeout=60, check=True).stdout
+    done = subprocess.run([sys.executable, "-m", "labs", "status"], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     assert f"monitoring: Prometheus {stack.url}" in out
     for node in stack.slots():
         rows = [line for line in out.splitlines() if f"127.0.0.1:{node.port} " in line and "redis" in line]

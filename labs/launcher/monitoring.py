@@ -270,9 +270,10 @@ class Monitoring:
         return worker_targets.unregister(self.workers_dir, name)
 
     def discover_workers(self, nodes: list[ScrapeNode] | None = None) -> list[WorkerTarget]:
-        """Register the running billing-workers with --metrics-port that use these nodes (default: all watched)."""
-        watched = nodes if nodes is not None else [n for n in self.slots() if self.exporter(n).pid()]
-        found = worker_targets.discover({n.port for n in watched})
+        """Register the running billing-workers with --metrics-port that use these nodes (default: the running ones)."""
+        if nodes is None:
+            nodes = [n for name in self.running_topologies() for n in topology_nodes(self.topology(name))]
+        found = worker_targets.discover({n.port for n in nodes})
         for target in found:
             self.register_worker(target)
         return found
