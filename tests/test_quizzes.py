@@ -8,10 +8,11 @@ from pathlib import Path
 import nbformat
 import pytest
 import redis
+from monitoring_support import MonitoredStack
 
 from labs.experiments.persistence import StopResult, stop_and_count
 from labs.panels.quiz import Quiz, QuizKeyError
-from labs.panels.quizzes import module1, module3
+from labs.panels.quizzes import module1, module3, monitoring
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -70,6 +71,35 @@ def test_facts_that_contradict_a_key_raise(
     quiz: Quiz = quiz_of(redis_url)  # type: ignore[operator]
     with pytest.raises(QuizKeyError, match=says):
         quiz.verify(redis_client, key_prefix=key_prefix)
+
+
+FACTS = monitoring.MonitoringFacts(
+    memory_alert_at=100.0, first_oom_at=104.0, quiet_idle_s=6.0, quiet_loud=(),
+    quiet_info=("RedisFailoverHappened",), hotkeys_refusal="ERR An LFU maxmemory policy is not selected",
+)
+
+
+def test_monitoring_keys_agree_with_redis_prometheus_and_the_facts(
+    monitored_stack: MonitoredStack, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    quiz = monitoring.quiz(prom=monitored_stack.mon.api, facts=FACTS)
+    assert len(quiz.verify(redis_client, key_prefix=key_prefix)) == len(quiz.questions) == 8
+    assert list(redis_client.scan_iter(match=f"{key_prefix}*")) == []
+
+
+@pytest.mark.parametrize(
+    ("facts", "says"),
+    [
+        (dataclasses.replace(FACTS, memory_alert_at=105.0), "Продюсер заполнял память"),
+        (dataclasses.replace(FACTS, quiet_loud=("StreamNoLiveConsumer",)), "Консьюмер тихого стрима"),
+    ],
+)
+def test_monitoring_facts_that_contradict_a_key_raise(
+    facts: monitoring.MonitoringFacts, says: str, monitored_stack: MonitoredStack,
+    redis_client: redis.Redis, key_prefix: str,
+) -> None:
+    with pytest.raises(QuizKeyError, match=says):
+        monitoring.quiz(prom=monitored_stack.mon.api, facts=facts).verify(redis_client, key_prefix=key_prefix)
 
 
 def test_the_window_needs_an_acknowledged_write() -> None:
