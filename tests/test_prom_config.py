@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from pathlib import Path
 
 import redis
 
+from labs.experiments import eviction
 from labs.launcher.prom_config import LUA_SOURCE, ExporterTarget, collect_script, prometheus_config
 
 
@@ -63,3 +65,17 @@ def test_the_collect_script_reports_lag_and_pending_as_redis_says(redis_url: str
     assert values[f"oldest_pending_id_ms;{stream};billing"] == ids[0].split("-")[0]
     assert int(values[f"pending_max_idle_ms;{stream};billing"]) >= 0
     assert f"oldest_pending_id_ms;{stream};idle" not in values  # nothing pending there
+
+
+def test_the_collect_script_is_read_only_so_a_write_pause_does_not_stall_the_scrape(tmp_path: Path) -> None:
+    """SENTINEL FAILOVER pauses writes on the old master; a plain EVAL would wait the pause out."""
+    with eviction.throwaway_redis(tmp_path, policy="noeviction", headroom_bytes=64 << 20) as proc, \
+            contextlib.closing(proc.client(5.0)) as client:
+        client.execute_command("CLIENT", "PAUSE", "1500", "WRITE")
+        started = time.monotonic()
+        assert client.eval(collect_script(("*orders",)), 0) == []
+        read_only_s = time.monotonic() - started
+        started = time.monotonic()
+        client.eval("return 1", 0)  # the same EVAL without the no-writes flag
+        plain_s = time.monotonic() - started
+    assert read_only_s < 0.5 < plain_s

@@ -69,7 +69,7 @@ class MonitoredQueue:
             client.xack(queue.quiet_stream, GROUP, entry)
         try:
             for i in range(n_workers):
-                queue._start_worker(f"{prefix.strip(':')}-w{i}", sentinel)
+                queue._start_worker(f"{prefix.replace(':', '-').strip('-')}-w{i}", sentinel)
             flags = worker_procs.flags(sentinel=sentinel, stream=queue.stream, rate=rate)
             argv = [*worker_procs.producer_command(), *flags]
             with (home / "producer.log").open("ab") as out:

@@ -28,6 +28,7 @@ ports; tests pass topologies on free ports instead).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import signal
@@ -126,7 +127,9 @@ class Monitoring:
 
     @property
     def script_path(self) -> Path:
-        return self.home / "stream_metrics.lua"
+        """The collect script, named after its content: a changed script changes the exporters' flags."""
+        digest = hashlib.sha256(collect_script(self.streams).encode()).hexdigest()[:10]
+        return self.home / f"stream_metrics-{digest}.lua"
 
     @property
     def url(self) -> str:
@@ -228,6 +231,8 @@ class Monitoring:
         for old in self.rules_dir.glob("*.yml") if self.rules_dir.exists() else []:
             old.unlink()
         write_lab_copy(self.home, self.scale)
+        for old in self.home.glob("stream_metrics*.lua"):
+            old.unlink()
         self.script_path.write_text(collect_script(self.streams))
         self.config_path.write_text(
             prometheus_config(

@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- Stream metrics that prometheus-redis-exporter 1.45 does not export, for its -script option.
 --
 -- 1.45's -check-streams gives each group's pending count, last delivered id and consumers' idle
@@ -12,6 +13,11 @@
 -- The exporter runs it with EVAL on every scrape and serves each pair as
 -- redis_script_values{key="<name>;<stream>;<group>"}; monitoring/rules/streams.yml turns them back
 -- into labelled series (stream_group:lag_entries, ...).
+--
+-- The first line declares the script read-only (Redis >= 7.0). Without it EVAL counts as a write:
+-- during a SENTINEL FAILOVER the old master pauses writes (CLIENT PAUSE WRITE), the exporter's
+-- EVAL waits out the pause, its scrape times out, and redis_up 0 raises RedisDown on a planned
+-- failover. With it the script also runs on replicas.
 --
 -- Cost: one SCAN over the keyspace per pattern and scrape, plus XINFO and two XPENDING per group.
 -- Fine for a lab and for a broker instance with few keys; on a large shared instance list the
