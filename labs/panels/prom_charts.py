@@ -77,6 +77,20 @@ def fetch(api: PrometheusAPI, line: Line, start: float, end: float, step_s: floa
     return out
 
 
+def _with_gaps(points: Points, start: float, step_s: float) -> tuple[list[float | None], list[float | None]]:
+    """x (seconds from ``start``) and y, with a None where samples are missing: plotly then breaks the
+    line instead of drawing a straight one across the gap (a series that vanished and came back)."""
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for i, (t, v) in enumerate(points):
+        if i and t - points[i - 1][0] > 1.5 * step_s:
+            xs.append(None)
+            ys.append(None)
+        xs.append(t - start)
+        ys.append(v)
+    return xs, ys
+
+
 def range_figure(
     api: PrometheusAPI,
     charts: Sequence[Chart],
@@ -95,8 +109,9 @@ def range_figure(
         for line in chart.lines:
             for legend, points in fetch(api, line, start, end, step_s).items():
                 drawn.points[legend] = points
-                fig.add_trace(go.Scatter(x=[t - start for t, _ in points], y=[v for _, v in points], name=legend,
-                                         mode="lines+markers", marker={"size": 4}), row=row, col=1)
+                xs, ys = _with_gaps(points, start, step_s)
+                fig.add_trace(go.Scatter(x=xs, y=ys, name=legend, mode="lines+markers", marker={"size": 4}),
+                              row=row, col=1)
         fig.update_yaxes(title_text=chart.unit, row=row, col=1)
         if chart.threshold is not None:
             fig.add_hline(y=chart.threshold, line_dash="dot", line_color=ALERT_COLOUR, row=row, col=1,
@@ -104,10 +119,12 @@ def range_figure(
     for mark in drawn.marks:
         colour = ALERT_COLOUR if mark.alert else FAULT_COLOUR
         fig.add_vline(x=mark.at - start, line_dash="dash" if mark.alert else "solid", line_color=colour,
-                      annotation_text=mark.text, annotation_textangle=-90, annotation_font_color=colour,
-                      annotation_position="top right")
+                      line_width=1.5, row="all", col=1)
+        # the label once, above the charts
+        fig.add_annotation(x=mark.at - start, y=1.04, xref="x", yref="paper", yanchor="bottom", text=mark.text,
+                           textangle=-90, showarrow=False, font={"color": colour, "size": FONT_SIZE - 4})
     fig.update_xaxes(title_text="время от начала опыта, с", row=len(charts), col=1)
-    fig.update_layout(title=title, height=300 * len(charts) + 80, template="plotly_white",
-                      font={"size": FONT_SIZE - 2}, margin={"l": 70, "r": 20, "t": 90, "b": 60},
-                      legend={"orientation": "h", "y": -0.12})
+    fig.update_layout(title={"text": title, "y": 0.995, "yanchor": "top"}, height=300 * len(charts) + 230,
+                      template="plotly_white", font={"size": FONT_SIZE - 2},
+                      margin={"l": 70, "r": 20, "t": 230, "b": 60}, legend={"orientation": "h", "y": -0.1})
     return fig, drawn
