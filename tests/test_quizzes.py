@@ -11,6 +11,7 @@ import redis
 from monitoring_support import MonitoredStack
 
 from labs.experiments.persistence import StopResult, stop_and_count
+from labs.launcher.prom_api import PrometheusAPI
 from labs.panels.quiz import Quiz, QuizKeyError
 from labs.panels.quizzes import module1, module3, monitoring
 
@@ -122,3 +123,12 @@ def test_the_visible_quiz_cell_gives_no_answer_away(name: str) -> None:
 
 def _stop() -> StopResult:
     return StopResult(save="3600 1 300 100 60 10000", acknowledged=100, survived=100, rdb_bytes=1)
+
+
+def test_notebook_10_shows_the_monitoring_quiz_without_its_answers() -> None:
+    nb = nbformat.read(NOTEBOOKS / "10_monitoring_and_incidents.ipynb", as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "labs.panels.quizzes import monitoring" in code and "Question(" not in code
+    for question in monitoring.quiz(prom=PrometheusAPI("http://127.0.0.1:1"), facts=FACTS).questions:
+        right = question.options[question.answer]
+        assert question.explain not in code and (len(right) < 5 or right not in code), question.text
