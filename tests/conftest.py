@@ -196,9 +196,12 @@ def monitored_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Monito
     if not shutil.which("redis-sentinel"):
         pytest.skip("redis-sentinel is not installed (run 'make setup')")
     run = tmp_path_factory.mktemp("monitored-stack")
-    sentinel = Topology.on_free_ports("sentinel", run)
-    aof = Topology.on_free_ports("aof", run)
-    prom_port, *exporter_ports = _distinct_free_ports(1 + 6)
+    # Free ports that the session's LAB_* variables do not already promise to the notebooks.
+    promised = {int(p) for var in ports.DEFAULTS for p in os.environ.get(var, "").split(",") if p.strip()}
+    picked = [p for p in _distinct_free_ports(len(promised) + 20) if p not in promised][:13]
+    sentinel = Topology.create("sentinel", run, server_ports=picked[:2], sentinel_ports=picked[2:5])
+    aof = Topology.create("aof", run, server_ports=picked[5:6])
+    prom_port, *exporter_ports = picked[6:13]
     mon = Monitoring(run / "monitoring", [sentinel, aof], prom_port, exporter_ports, ("*orders", "*orders:dlq"))
     try:
         sentinel.ensure()

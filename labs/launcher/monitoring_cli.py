@@ -14,6 +14,7 @@ from rich.table import Table
 from labs.launcher import promtool
 from labs.launcher.errors import LauncherError
 from labs.launcher.monitoring import Monitoring
+from labs.launcher.rule_scale import MONITORING_DIR
 from labs.launcher.topology import TOPOLOGIES
 
 
@@ -47,8 +48,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _rules(console: Console) -> int:
     with tempfile.TemporaryDirectory(prefix="lab-rules-") as tmp:
         runs = promtool.verify(Path(tmp))
+    root = str(MONITORING_DIR.parent) + "/"
     for r in runs:
-        console.print(f"{'ok  ' if r.ok else 'FAIL'} {r.what.replace(tmp, '<lab copy>')}")
+        console.print(f"{'ok  ' if r.ok else 'FAIL'} {r.what.replace(tmp, '<lab copy>').replace(root, '')}")
         if not r.ok:
             console.print(r.output)
     return 0 if all(r.ok for r in runs) else 1
