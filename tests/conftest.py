@@ -189,27 +189,21 @@ def sentinel_topology(topology_factory: Callable[..., Topology]) -> Topology:
 
 
 @pytest.fixture(scope="session")
-def monitored_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MonitoredStack]:
-    """One stack for test_alert_faults and test_key_incidents; skipped with one line where a binary is missing."""
+def monitored_stack() -> MonitoredStack:
+    """The session's own ``sentinel`` and ``aof`` topologies and the monitoring add-on, on the session's ports.
+
+    The same stack notebook 10 (run by nbval later in the session) finds running and reuses, so it
+    starts once. ``pytest_sessionfinish`` stops it with the rest of the run directory. Skipped with
+    one line where a binary is missing.
+    """
     if reason := prom_binaries.missing():
         pytest.skip(reason)
     if not shutil.which("redis-sentinel"):
         pytest.skip("redis-sentinel is not installed (run 'make setup')")
-    run = tmp_path_factory.mktemp("monitored-stack")
-    # Free ports that the session's LAB_* variables do not already promise to the notebooks.
-    promised = {int(p) for var in ports.DEFAULTS for p in os.environ.get(var, "").split(",") if p.strip()}
-    picked = [p for p in _distinct_free_ports(len(promised) + 20) if p not in promised][:13]
-    sentinel = Topology.create("sentinel", run, server_ports=picked[:2], sentinel_ports=picked[2:5])
-    aof = Topology.create("aof", run, server_ports=picked[5:6])
-    prom_port, *exporter_ports = picked[6:13]
-    mon = Monitoring(run / "monitoring", [sentinel, aof], prom_port, exporter_ports, ("*orders", "*orders:dlq"))
-    try:
-        sentinel.ensure()
-        aof.ensure()
-        mon.ensure()
-        mon.wait_targets_up(30)
-        yield MonitoredStack(mon, sentinel, aof, run)
-    finally:
-        mon.stop()
-        sentinel.stop()
-        aof.stop()
+    sentinel, aof = Topology.from_env("sentinel"), Topology.from_env("aof")
+    sentinel.ensure()
+    aof.ensure()
+    mon = Monitoring.from_env()
+    mon.ensure()
+    mon.wait_targets_up(30)
+    return MonitoredStack(mon, sentinel, aof, mon.home.parent)

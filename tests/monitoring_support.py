@@ -11,7 +11,7 @@ from labs.launcher.topology import Topology
 
 @dataclass
 class MonitoredStack:
-    """A sentinel and an aof topology on free ports, watched by the monitoring add-on (its own ports)."""
+    """The session's sentinel and aof topologies, watched by the monitoring add-on."""
 
     mon: Monitoring
     sentinel: Topology

@@ -1,8 +1,7 @@
 """labs.launcher.monitoring: exporters and Prometheus as real processes beside real topologies.
 
-The stack (a sentinel and an aof topology and the add-on, on free ports under a temporary run
-directory, the environment untouched) is the session's ``monitored_stack``, shared with
-test_alert_faults and test_key_incidents.
+The stack (the session's sentinel and aof topologies and the add-on, on the session's free ports)
+is ``monitored_stack``, shared with test_alert_faults, test_key_incidents and notebook 10.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from monitoring_support import MonitoredStack
 from labs.experiments.worker_procs import WorkerProcess
 from labs.launcher import prom_binaries
 from labs.launcher.errors import LauncherError
-from labs.launcher.monitoring import Monitoring
+from labs.launcher.monitoring import Monitoring, topology_nodes
 from labs.launcher.ports import free_port
 from labs.launcher.process import pid_alive
 from labs.launcher.service import http_ok
@@ -61,10 +60,13 @@ def _value(mon: Monitoring, expr: str) -> float | None:
 
 
 def test_every_node_is_scraped_and_the_ui_answers_on_loopback(stack: Monitoring) -> None:
-    targets = stack.targets()
-    nodes = {(t.job, t.labels["topology"], t.labels["node"]) for t in targets if t.job.startswith("redis")}
-    expected = {("redis-sentinel" if n.sentinel else "redis", n.topology, f"127.0.0.1:{n.port}") for n in stack.slots()}
-    assert nodes == expected and len(nodes) == 6  # master, replica, 3 sentinels, aof
+    stack.ensure()  # whatever else runs in this session (single, say) is watched too
+    targets = stack.wait_targets_up(30)
+    nodes = {(t.job, t.labels["topology"], t.labels["node"]) for t in targets}
+    running = [n for name in stack.running_topologies() for n in topology_nodes(stack.topology(name))]
+    expected = {("redis-sentinel" if n.sentinel else "redis", n.topology, f"127.0.0.1:{n.port}") for n in running}
+    assert nodes == expected
+    assert {("sentinel", 5), ("aof", 1)} <= {(t, sum(n[1] == t for n in nodes)) for t in ("sentinel", "aof")}
     assert all(t.health == "up" for t in targets if t.job.startswith("redis"))
     assert all(t.url.startswith("http://127.0.0.1:") for t in targets)
     assert http_ok(f"{stack.url}/graph")
@@ -132,7 +134,7 @@ def test_a_busy_port_starts_nothing_and_says_which_variable(stack: Monitoring, t
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         busy = sock.getsockname()[1]
-        other = Monitoring(tmp_path / "mon", stack.catalog, busy, [free_port()])
+        other = Monitoring(tmp_path / "mon", [_aof(stack)], busy, [free_port()])
         with pytest.raises(LauncherError, match=f"port {busy} \\(prometheus\\) is in use.*LAB_PROMETHEUS_PORT") as exc:
             other.ensure()
     assert "\n" not in str(exc.value)
@@ -144,27 +146,17 @@ def test_a_missing_binary_is_one_line_with_the_install_hint(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(LauncherError, match="not found on PATH: install") as exc:
-        Monitoring(tmp_path / "mon", stack.catalog, free_port(), [free_port()]).ensure()
+        Monitoring(tmp_path / "mon", [_aof(stack)], free_port(), [free_port()]).ensure()
     assert "\n" not in str(exc.value)
 
 
 def test_make_status_shows_each_target_health(stack: Monitoring) -> None:
-    """``python -m labs status`` (``make status``) with the stack's ports in the environment."""
-    sentinel, aof = stack.topology("sentinel"), _aof(stack)
-    exporter_ports = [free_port()] + [stack.exporter_port(n) for n in stack.slots()[5:] + stack.slots()[:5]]
-    env = {
-        **os.environ, "COLUMNS": "200", "LAB_RUN_DIR": str(stack.home.parent),
-        "LAB_SINGLE_PORT": str(free_port()), "LAB_AOF_PORT": str(aof.servers[0].port),
-        "LAB_SENTINEL_MASTER_PORT": str(sentinel.servers[0].port),
-        "LAB_SENTINEL_REPLICA_PORT": str(sentinel.servers[1].port),
-        "LAB_SENTINEL_PORTS": ",".join(str(p.port) for p in sentinel.sentinels),
-        "LAB_PROMETHEUS_PORT": str(stack.prometheus_port), "LAB_EXPORTER_PORTS": ",".join(map(str, exporter_ports)),
-    }
-    done = subprocess.run([sys.executable, "-m", "labs", "status"], capture_output=True, text=True, env=env,
-                          timeout=60, check=False)
+    """``python -m labs status`` (``make status``) in the session's environment."""
+    done = subprocess.run([sys.executable, "-m", "labs", "status"], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"}, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    out = done.stdout
-    assert f"monitoring: Prometheus {stack.url}" in out
-    for node in stack.slots():
-        rows = [line for line in out.splitlines() if f"127.0.0.1:{node.port} " in line and "redis" in line]
-        assert rows and "up" in rows[0].split(), (node, out)
+    assert f"monitoring: Prometheus {stack.url}" in done.stdout
+    for name in ("sentinel", "aof"):
+        for node in topology_nodes(stack.topology(name)):
+            rows = [line for line in done.stdout.splitlines() if f"{name} 127.0.0.1:{node.port} " in line]
+            assert rows and "up" in rows[0].split(), (node, done.stdout)
