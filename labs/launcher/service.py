@@ -12,16 +12,12 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from labs.launcher import ports
-from labs.launcher.errors import LauncherError
-from labs.launcher.process import POLL_S, log_tail, pid_alive
+from labs.launcher.process import Launch, launch, live_pid, log_tail, signal_and_wait
 from labs.launcher.prom_binaries import EXPORTERS
 
 log = logging.getLogger(__name__)
@@ -74,15 +70,7 @@ class ServiceProcess:
 
     def pid(self) -> int | None:
         """The pid from the pid file when that process still runs our binary; a stale file is removed."""
-        try:
-            pid = int(self.pidfile.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        if pid_alive(pid) and _runs(pid, self.argv[0] if self.argv else ""):
-            return pid
-        log.info("removing stale pid file %s (pid %s is gone)", self.pidfile, pid)
-        self.pidfile.unlink(missing_ok=True)
-        return None
+        return live_pid(self.pidfile, lambda pid: _runs(pid, self.argv[0] if self.argv else ""))
 
     def ready(self) -> bool:
         return http_ok(self.url + self.probe_path)
@@ -93,36 +81,11 @@ class ServiceProcess:
 
     def start(self, port_var: str) -> int:
         """Start it and wait until the probe answers; a busy port names the variable that moves it."""
-        if ports.in_use(self.port):
-            raise LauncherError(
-                f"port {self.port} is in use by another process; set {port_var} to a free port "
-                "(or stop what listens there)"
-            )
         self.home.mkdir(parents=True, exist_ok=True)
-        with self.logfile.open("ab") as out:
-            proc = subprocess.Popen(
-                list(self.argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.home,
-            )
-        self.pidfile.write_text(f"{proc.pid}\n")
+        spec = Launch(self.name, self.port, port_var, self.argv, self.home, self.pidfile, self.logfile, log_lines=3)
+        pid = launch(spec, self.ready, self.probe_path, START_TIMEOUT_S)
         self.argvfile.write_text(json.dumps(self.argv))
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                self.pidfile.unlink(missing_ok=True)
-                raise LauncherError(
-                    f"{self.name} (port {self.port}) exited with code {proc.returncode} at start; "
-                    f"{self.logfile}: {log_tail(self.logfile, 3)}"
-                )
-            if self.ready():
-                log.info("started %s on port %s (pid %s)", self.name, self.port, proc.pid)
-                return proc.pid
-            time.sleep(POLL_S * 2)
-        self.kill(signal.SIGKILL)
-        raise LauncherError(
-            f"{self.name} (port {self.port}) did not answer {self.probe_path} within {START_TIMEOUT_S:.0f} s; "
-            f"{self.logfile}: {log_tail(self.logfile, 3)}"
-        )
+        return pid
 
     def send(self, sig: int) -> bool:
         """Send ``sig`` (SIGHUP: Prometheus reloads its config); False when it does not run."""
@@ -138,18 +101,7 @@ class ServiceProcess:
         pid = self.pid()
         if pid is None:
             return None
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + timeout_s
-        while pid_alive(pid):
-            if time.monotonic() > deadline:
-                if sig == signal.SIGKILL:
-                    raise LauncherError(f"{self.name} (pid {pid}) survived SIGKILL")
-                log.warning("%s (pid %s) ignored signal %s; sending SIGKILL", self.name, pid, sig)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                sig, deadline = signal.SIGKILL, time.monotonic() + timeout_s
-            time.sleep(POLL_S)
+        signal_and_wait(self.name, pid, sig, timeout_s)
         self.pidfile.unlink(missing_ok=True)
         return pid
 
