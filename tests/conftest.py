@@ -93,6 +93,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     os.environ["REDIS_URL"] = _Session.url
 
 
+MONITORING_NOTEBOOK = "10_monitoring_and_incidents"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Notebook 10 needs Prometheus and redis_exporter: where they are missing, its cells (nbval) and
+    its exercise run (test_edition) are skipped with the one line that says what to install."""
+    reason = prom_binaries.missing()
+    if not reason:
+        return
+    for item in items:
+        if MONITORING_NOTEBOOK in item.nodeid:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 def pytest_report_header() -> str:
     if _Session.url:
         return f"redis: {_Session.url} ({_Session.source}); lab files under {_Session.run_dir}"
