@@ -46,7 +46,7 @@ def test_stopped_workers_and_filling_memory_fire_their_alerts_memory_before_oom(
     node = monitored_stack.node(monitored_stack.aof)
     with contextlib.closing(redis.Redis.from_url(aof_url)) as client, memory_limit(client, 0.75) as maxmemory:
         assert 0.7 < counted_memory(client) / maxmemory < 0.8
-        filler = MemoryFiller(aof_url, f"{PREFIX}filler", bytes_per_s=0.25 * maxmemory / 12)
+        filler = MemoryFiller(aof_url, f"{PREFIX}filler", bytes_per_s=0.25 * maxmemory / 15)
         fault_at = queue.stop_workers()
         filler.start()
         try:
