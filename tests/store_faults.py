@@ -54,7 +54,10 @@ class Disk:
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         with self.image.open("wb") as f:
             f.truncate(size_mb * 1024 * 1024)
-        _run("mkfs.ext4", "-q", "-F", "-m", "0", str(self.image))  # -m 0: root gets no reserve either
+        # -m 0: root gets no reserve either. -b 4096: a small filesystem gets 1 KiB blocks by
+        # default, and then SQLite's way of allocating the -shm file it maps (one byte written at
+        # the end of each 4 KiB page) leaves holes: on a full disk, touching one raises SIGBUS.
+        _run("mkfs.ext4", "-q", "-F", "-m", "0", "-b", "4096", str(self.image))
         self.devices: list[str] = []
         self._mount()
 

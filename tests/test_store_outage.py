@@ -173,7 +173,7 @@ class Rig:
 
     def outcome(self, kind: str) -> dict[str, Outcome]:
         """The outcomes of ``kind`` for every strategy (run once; a failed run fails each strategy's test)."""
-        if kind not in self.outcomes:
+        if kind not in self.outcomes and kind not in self.failures:
             try:
                 self.outcomes[kind] = self._run(kind)
             except AssertionError as exc:
@@ -182,9 +182,22 @@ class Rig:
             raise self.failures[kind]
         return self.outcomes[kind]
 
+    def _wait(self, predicate: Callable[[], object], timeout_s: float, what: str) -> None:
+        """:func:`wait_until`, and on a timeout the end of each worker's log and what is unsettled."""
+        try:
+            wait_until(predicate, timeout_s, what)
+        except AssertionError as exc:
+            tails = []
+            for strategy, worker in self.workers.items():
+                charged = len({e for e, _ in self.charges(worker)})
+                pending = len(pending_ids(self.client, worker.stream, "billing"))
+                tails.append(f"--- {strategy}: sent {self.sent[strategy]}, charged {charged}, pending {pending}, "
+                             f"exit {worker.proc.poll()}\n" + "\n".join(worker.lines[-8:]))
+            raise AssertionError(f"{exc}\n" + "\n".join(tails)) from None
+
     def _run(self, kind: str) -> dict[str, Outcome]:
         self.produce(BEFORE)
-        wait_until(self.settled, 20, "the events before the fault")
+        self._wait(self.settled, 20, "the events before the fault")
         since = {s: len(w.lines) for s, w in self.workers.items()}
         brake, repair = self.fault(kind)
         brake()
@@ -193,15 +206,15 @@ class Rig:
             self.produce(DURING // 4)
             time.sleep(0.1)
         for worker in self.workers.values():
-            wait_until(lambda w=worker: w.logged(since[w.strategy], "business store down"), 20,
+            self._wait(lambda w=worker: w.logged(since[w.strategy], "business store down"), 20,
                        f"{worker.strategy}: the store seen down")
         if kind != "bad-connection":
             time.sleep(max(0.0, HOLD_S - (time.monotonic() - broken_at)))
         repair()
         repaired_at = time.time()
-        wait_until(self.settled, 30, "every event charged after the repair")
+        self._wait(self.settled, 30, "every event charged after the repair")
         for worker in self.workers.values():
-            wait_until(lambda w=worker: w.logged(since[w.strategy], "business store back"), 10, "the back line")
+            self._wait(lambda w=worker: w.logged(since[w.strategy], "business store back"), 10, "the back line")
         return {s: self._measure(w, since[s], repaired_at) for s, w in self.workers.items()}
 
     def _measure(self, worker: WorkerProcess, since: int, repaired_at: float) -> Outcome:
