@@ -15,15 +15,11 @@ event (:meth:`Ledger.charge_counts`) scans instead. ``applied_events`` is a ``WI
 table: one B-tree keyed by ``event_id`` instead of a rowid table plus an index, which about
 halves the cost of a claim. Ledgers created earlier keep their layouts; both work.
 
-``store_probe`` (one row) is the reference worker's own, not part of the contract: while the
-store is down the worker probes it with a small committed write there (:meth:`Ledger.probe`).
-
-When a write fails, the transaction ends cleanly (SQLite has already rolled it back after a
-full disk or an I/O error, so a second ROLLBACK would only hide the cause), the error's kind
-comes from its result code (:mod:`solutions.sqlite_errors`), and a failure of the store is
-raised as :class:`~solutions.sqlite_errors.LedgerUnavailable`. After any fault but a lock the
-connection is dropped and the next call opens a new one: a file on a filesystem that went
-read-only and was mounted again, for one, can only be written through a new connection.
+``store_probe`` (one row, not part of the contract) takes :meth:`Ledger.probe`'s write while
+the store is down. A failed write ends its transaction cleanly (after a full disk or an I/O
+error SQLite has rolled it back already), and a failure of the store is raised as
+:class:`~solutions.sqlite_errors.LedgerUnavailable`; after any fault but a lock the next call
+opens a new connection (a filesystem mounted again can only be written through a new one).
 """
 
 from __future__ import annotations
@@ -177,8 +173,7 @@ class Ledger:
             self._drop()
 
     def _drop(self) -> None:
-        """Close the checkpoint thread and the connection (the caller holds the lock); the next
-        call opens a new one."""
+        """Close the checkpoint thread and the connection (under the lock); the next call reopens."""
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
@@ -215,10 +210,8 @@ class Ledger:
         return applied
 
     def probe(self) -> None:
-        """Can the store take a write again? One small committed write (``store_probe``), waiting
-        at most :data:`PROBE_BUSY_TIMEOUT_MS` for a lock; raises
-        :class:`~solutions.sqlite_errors.LedgerUnavailable` if not. A dropped connection is
-        opened anew first."""
+        """Can the store take a write again? One committed row in ``store_probe`` (a lock is
+        waited for :data:`PROBE_BUSY_TIMEOUT_MS` at most); raises ``LedgerUnavailable`` if not."""
         self._transaction(min(self.busy_timeout_ms, PROBE_BUSY_TIMEOUT_MS), _probe_write, time.time())
 
     def _transaction(self, busy_ms: int, body: Callable[..., T], *args: Any, rows: int = 0) -> T:
@@ -251,9 +244,8 @@ class Ledger:
         return result
 
     def _end_failed(self, db: sqlite3.Connection) -> None:
-        """End a failed transaction. After a full disk or an I/O error SQLite has rolled it back
-        already (``in_transaction`` is False): a ROLLBACK would fail and hide the cause. A
-        connection that cannot leave its transaction is dropped."""
+        """Roll back, unless SQLite did already (a full disk, an I/O error): a second ROLLBACK
+        fails and hides the cause. A connection that cannot leave its transaction is dropped."""
         if not db.in_transaction:
             return
         try:

@@ -74,17 +74,8 @@ class Rules:
 class Pipeline:
     """Handles every delivery end to end (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        handler: Handler,
-        strategy: Strategy,
-        acks: Acks,
-        pool: Pool,
-        metrics: Metrics,
-        rules: Rules,
-        breaker: StoreBreaker,
-    ) -> None:
+    def __init__(self, *, handler: Handler, strategy: Strategy, acks: Acks, pool: Pool, metrics: Metrics,
+                 rules: Rules, breaker: StoreBreaker) -> None:
         self.handler = handler
         self.strategy = strategy
         self.acks = acks
@@ -226,9 +217,7 @@ class Pipeline:
         events = [event for (_, event), _ in recorded]
         try:
             await self._acknowledged.submit(events)
-        except REDIS_ERRORS as exc:
-            # The charge is committed; the message stays pending and the strategy decides
-            # on the redelivery (with ``none`` it is charged again: at least once).
+        except REDIS_ERRORS as exc:  # charged, left pending: the strategy judges the redelivery (none: again)
             self.metrics.inc("errors", len(events))
             self._unacked.failed(exc)
             return set()
@@ -250,18 +239,12 @@ class Pipeline:
             log.warning("could not undo the dedupe marks of %s messages: %s", len(events), describe(exc))
 
     async def _give_back(self, deliveries: list[Delivery]) -> None:
-        """Redis could not run the dedupe check (out of memory, no connection) or the store could
-        not take the charge: not the message's fault, so it is not an attempt. Leave it pending
-        and set its delivery count back (``XCLAIM ... RETRYCOUNT``), or a worker restarted under
-        OOM a few times, or a long store outage, would dead-letter good events. The caller logs
-        the cause (as a streak or through the breaker), never once per message."""
+        """Not the message's fault (Redis out of memory or away, the store down): leave it pending
+        and set its delivery count back, or restarts under OOM or a long store outage would
+        dead-letter good events. The caller logs the cause once (a streak, the breaker)."""
         self.metrics.inc("errors", len(deliveries))
-        by_count: dict[int, list[str]] = {}
-        for delivery in deliveries:
-            by_count.setdefault(max(delivery.deliveries - 1, 0), []).append(delivery.msg_id)
         try:
-            for count, ids in by_count.items():
-                await self.acks.give_back(ids, self.rules.consumer, count)
+            await self.acks.give_back(deliveries, self.rules.consumer)
         except REDIS_ERRORS as exc:
             self._kept.failed(exc)
             return
