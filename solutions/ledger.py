@@ -128,6 +128,7 @@ class Ledger:
         self._busy_ms = busy_timeout_ms
         self._checkpointer: Checkpointer | None = None
         self._rows_since_checkpoint = 0
+        self._opened = False  # once opened, a reconnect must find the file (see _connect)
 
     def open(self, *, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Ledger:
         """Create the file and the tables and switch to WAL (idempotent).
@@ -151,9 +152,17 @@ class Ledger:
         return self._conn
 
     def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Open (the first time: create) the ledger. A reconnect never creates it: a ledger gone
+        from its path (its filesystem unmounted for a repair, the file moved) is a store that is
+        down, not an empty ledger to start over in the bare directory underneath."""
         busy_ms = self.busy_timeout_ms
-        conn = sqlite3.connect(self.path, timeout=busy_ms / 1000, check_same_thread=False, isolation_level=None)
+        target: str | Path = self.path
+        if self._opened:
+            target = f"{self.path.absolute().as_uri()}?mode=rw"
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(target, timeout=busy_ms / 1000, check_same_thread=False, isolation_level=None,
+                               uri=self._opened)
         try:
             conn.execute(f"PRAGMA busy_timeout={busy_ms}")
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
@@ -164,6 +173,7 @@ class Ledger:
         except BaseException:
             conn.close()
             raise
+        self._opened = True
         return conn
 
     def close(self) -> None:

@@ -145,3 +145,24 @@ def test_a_connection_left_inside_a_transaction_is_replaced(tmp_path: Path) -> N
         assert ledger._db() is not stale and ledger.total_charges() == 20
     finally:
         ledger.close()
+
+
+def test_a_ledger_gone_from_its_path_is_a_store_that_is_down_not_a_new_empty_ledger(tmp_path: Path) -> None:
+    """Its filesystem unmounted for a repair, the file moved away: a reconnect must not create
+    a fresh ledger in the bare directory (the charges would go where nobody counts them, and
+    ``applied_events`` would start empty). It fails until the ledger is back."""
+    path = tmp_path / "l.sqlite3"
+    ledger = Ledger(path).open()
+    try:
+        ledger.write(_batch(0), once=True)
+        ledger.close()  # as after a fault: the next call reconnects
+        moved = tmp_path / "elsewhere.sqlite3"
+        path.rename(moved)
+        with pytest.raises(LedgerUnavailable) as caught:
+            ledger.probe()
+        assert caught.value.fault is Fault.CANNOT_OPEN and not path.exists()
+        moved.rename(path)
+        ledger.probe()
+        assert ledger.write(_batch(0), once=True) == [False] * 20  # the same ledger: already applied
+    finally:
+        ledger.close()
