@@ -46,7 +46,7 @@ def test_rules_pass_promtool_at_both_scales(tmp_path: Path) -> None:
 
 def test_every_alert_has_for_severity_summary_and_a_false_alarm_comment() -> None:
     alerts = _alerts()
-    assert len(alerts) >= 16
+    assert len(alerts) >= 17
     for path, rule in alerts:
         name = rule["alert"]
         assert "for" in rule, f"{name} has no for:"
