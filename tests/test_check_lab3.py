@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import re
 import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -157,3 +158,18 @@ def test_compact_reference_takes_the_contract_like_billing_worker(tmp_path: Path
     full_letter = dead_letter_fields(Delivery("1-0", {b"order_id": b"o"}, 3), "boom")
     compact_letter = ref.dead_letter_fields("1-0", {"order_id": "o"}, "boom", 3)
     assert [x.decode() for x in full_letter] == [x for kv in compact_letter.items() for x in kv]
+
+
+def test_node_example_reads_every_flag_of_the_contract_and_parses(tmp_path: Path) -> None:
+    """The Node.js example (run by hand against ``make check-lab-3``; CI has no node_modules): every flag
+    of the contract is read, and ``node --check`` accepts the file where Node.js is installed."""
+    source = (ROOT / "labs" / "lab3" / "examples" / "node" / "worker.js").read_text()
+    config = WorkerConfig("s", "billing", "billing-1", tmp_path / "l.sqlite3", "sqlite")
+    names = ["master-name", *worker_values(config, PRESETS["quick"])]
+    ignored = {"metrics-interval-s"}  # the example logs no metrics
+    assert [n for n in names if f'"{n}"' not in source and n not in ignored] == []
+    if not shutil.which("node"):
+        pytest.skip("node is not installed: only the flags were checked")
+    done = subprocess.run(["node", "--check", str(ROOT / "labs/lab3/examples/node/worker.js")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -120,7 +120,7 @@ PRESETS: dict[str, Lab3Settings] = {
     "quick": Lab3Settings(produce_s=12.0, failover_produce_s=22.0, fault_at_s=6.0, restart_after_s=2.0),
     # The tests' scale: two workers per cell, a lower rate and a shorter min idle, so that several
     # workers can run side by side in one short phase each.
-    "smoke": Lab3Settings(rate=30.0, workers=2, produce_s=9.0, failover_produce_s=16.0, fault_at_s=3.0,
+    "smoke": Lab3Settings(rate=30.0, workers=2, produce_s=8.0, failover_produce_s=16.0, fault_at_s=2.5,
                           restart_after_s=1.0, min_idle_ms=1500, claim_interval_ms=500, block_ms=500,
                           drain_timeout_s=5.0, settle_timeout_s=30.0, sample_interval_s=0.25, crash_tries=8),
 }
