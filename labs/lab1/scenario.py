@@ -19,7 +19,6 @@ client the implementation gets names the command in any Redis error it raises
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
@@ -33,6 +32,7 @@ import redis
 from labs.lab1.client import client as naming_client
 from labs.lab1.record import Recorder, Sample, ScenarioResult
 from labs.lab1.settings import Lab1Settings
+from solutions.connection import is_busygroup
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +119,11 @@ class Scenario:
             self.impl.ensure_group(_client(self.url, self.s), self.stream, self.group)
         except Exception as exc:
             self.rec.add_error("ensure_group", exc)
-        with contextlib.suppress(redis.ResponseError):  # BUSYGROUP: the implementation made it
+        try:  # the scenario needs the group even when the implementation failed to make it
             self.probe.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if not is_busygroup(exc):  # BUSYGROUP: the implementation made it
+                raise
 
     def produce(self) -> None:
         try:

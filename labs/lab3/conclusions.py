@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from labs.lab3.measure import entered_twice
 from labs.lab3.runner import Run
 from labs.lab3.settings import VICTIM, Lab3Settings
 
@@ -60,10 +61,10 @@ def resend_sentence(runs: Sequence[Run]) -> str | None:
     resent = _sum(fo, "resent")
     if not fo or not resent:
         return None
-    twice = sum(sum(1 for n in r.record.stream_counts.values() if n > 1) for r in fo)
+    twice = sum(len(entered_twice(r.record)) for r in fo)
     return (f"Around the failover the producer re-sent {resent} attempts of unknown or refused outcome with the same "
-            f"event_id; {twice} events reached the stream more than once, and each of those is a duplicate delivery "
-            "the worker must absorb.")
+            f"event_id; {twice} events were charged from one entry and delivered again from another: duplicate "
+            "deliveries the worker must absorb.")
 
 
 def crash_sentence(runs: Sequence[Run]) -> str | None:

@@ -18,7 +18,9 @@
 
   Without the pause the moment is a few hundred microseconds wide: SIGSTOP at random moments
   caught the reference worker holding such a message in 2 of 300 tries (the compact
-  reference in 0 of 300); within a pause, in about 2 of 3.
+  reference in 0 of 300). One look 150 ms into a pause caught them in 15 and 13 of 20 pauses;
+  with a first pause that only gathers a backlog, every cell of a full run was caught in the
+  second pause.
 """
 
 from __future__ import annotations
@@ -137,11 +139,14 @@ class Crash:
                 self.records[cell.name].tries = pause
                 proc = cell.workers[VICTIM]
                 proc.send_signal(signal.SIGSTOP)
-                held = self._held(cell)
-                if held:
-                    self._kill(cell, held)
-                else:
-                    proc.send_signal(signal.SIGCONT)
+                held: list[str] = []
+                try:
+                    held = self._held(cell)
+                finally:  # never leave a worker stopped, whatever the look raised
+                    if held:
+                        self._kill(cell, held)
+                    else:
+                        proc.send_signal(signal.SIGCONT)
             time.sleep(LOOK_EVERY_S)
 
     def _held(self, cell: Cell) -> list[str]:

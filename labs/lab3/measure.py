@@ -7,11 +7,13 @@ Definitions (the report repeats them):
   by their best attempt (see ``billing-producer``);
 - **lost**: confirmed by the producer, but neither charged nor dead-lettered;
 - **duplicated**: events charged more than once (``charges`` is never deduplicated);
-- **duplicate deliveries**: events delivered again after one delivery had done the work: the
-  stream holds the event twice (a re-send of an unknown outcome), or Redis showed an entry
-  pending a second after the ledger charged it (an XACK lost in a failover or a crash), or the
-  crash mode killed the worker holding it charged and unacknowledged. The dedupe step is
-  exercised only when this is above 0;
+- **duplicate deliveries**: events delivered again after one delivery had done the work: an
+  event charged from one stream entry and carried by another (a re-send of an unknown outcome:
+  the other entry is charged too or in the final stream), or charged twice from one entry, or
+  an entry Redis showed pending a
+  second after the ledger charged it (an XACK lost in a failover or a crash), or one the crash
+  mode killed the worker holding charged and unacknowledged. The dedupe step is exercised only
+  when this is above 0;
 - **failed attempts / redeliveries**: from the ``XPENDING`` samples (:mod:`labs.lab3.deliveries`);
 - **downtime**: the longest gap between consecutive charges from the last charge before
   the fault until the producer stopped (without a fault: over the whole load);
@@ -125,6 +127,27 @@ def _timing(r: CellRecord, res: CellResult, sent_after_fault: set[str]) -> None:
         res.recover_backlog_s = _backlog_recovered(r.samples, r.t0, r.fault_t, first)
 
 
+def entered_twice(r: CellRecord) -> set[str]:
+    """Events charged from one stream entry and carried by another that was delivered too: the other
+    entry is charged as well, or in the final stream (delivered: the group ends with lag 0). A re-send
+    whose first entry the failover dropped after it was charged counts; one never charged does not."""
+    charged: dict[str, set[str]] = {}
+    for c in r.charges:
+        charged.setdefault(c.event_id, set()).add(c.msg_id)
+    return {e for e, ids in charged.items() if len(ids | set(r.stream_entries.get(e, ()))) > 1}
+
+
+def charged_twice_from_one_entry(r: CellRecord) -> set[str]:
+    """Events charged twice from the same entry: that entry was delivered twice (its XACK was lost)."""
+    seen: set[tuple[str, str]] = set()
+    twice = set()
+    for c in r.charges:
+        if (c.event_id, c.msg_id) in seen:
+            twice.add(c.event_id)
+        seen.add((c.event_id, c.msg_id))
+    return twice
+
+
 def _deliveries(r: CellRecord, res: CellResult) -> None:
     """Failed attempts, redeliveries and duplicate deliveries, from Redis's samples and the ledger."""
     failed = failed_attempts(r.pels, r.stall_ms)
@@ -134,8 +157,8 @@ def _deliveries(r: CellRecord, res: CellResult) -> None:
     event_of = {c.msg_id: c.event_id for c in r.charges}
     late = pending_after_charge(r.pels, first_charges((c.msg_id, c.t) for c in r.charges))
     held = set(r.crash.held_after_kill) if r.crash else set()
-    twice = {e for e, n in r.stream_counts.items() if n > 1}
-    res.duplicate_deliveries = len(twice | {event_of[m] for m in late | held if m in event_of})
+    again = entered_twice(r) | charged_twice_from_one_entry(r)
+    res.duplicate_deliveries = len(again | {event_of[m] for m in late | held if m in event_of})
     if r.crash is not None:
         res.crash_held, res.crash_tries = len(r.crash.held_after_kill), r.crash.tries
 

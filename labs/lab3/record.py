@@ -16,7 +16,7 @@ import contextlib
 import json
 import re
 import sqlite3
-from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +80,7 @@ class CellRecord:
     sends: list[Send]
     charges: list[ChargeRow]
     dlq_events: list[str]
-    stream_counts: dict[str, int]
+    stream_entries: dict[str, list[str]]
     pending_end: int
     pending_end_by_consumer: dict[str, int]
     lag_end: int
@@ -99,7 +99,12 @@ class CellRecord:
     @property
     def stream_events(self) -> set[str]:
         """The event ids the stream holds at the end (on the master of the moment)."""
-        return set(self.stream_counts)
+        return set(self.stream_entries)
+
+    @property
+    def stream_counts(self) -> dict[str, int]:
+        """``{event_id: how many entries of the final stream carry it}``."""
+        return {e: len(ids) for e, ids in self.stream_entries.items()}
 
 
 def read_sends(path: Path) -> list[Send]:
@@ -139,9 +144,12 @@ def read_charges(ledger: Path) -> list[ChargeRow]:
     return [ChargeRow(str(e), str(m), str(c), float(t)) for e, m, c, t in rows]
 
 
-def count_events(event_ids: list[str]) -> dict[str, int]:
-    """``{event_id: how many stream entries carry it}``."""
-    return dict(Counter(event_ids))
+def entries_by_event(entries: Iterable[tuple[str, dict[str, str]]]) -> dict[str, list[str]]:
+    """``{event_id: [msg_id, ...]}`` of stream entries (a re-sent event has several)."""
+    out: dict[str, list[str]] = {}
+    for msg_id, fields in entries:
+        out.setdefault(fields.get("event_id", ""), []).append(msg_id)
+    return out
 
 
 def drain_lines(path: Path, offset: int = 0) -> int:

@@ -28,7 +28,7 @@ from labs.lab3 import faults
 from labs.lab3.cell import GROUP, Cell
 from labs.lab3.deployment import Deployment
 from labs.lab3.probe import entries, group_state, pending_by_consumer
-from labs.lab3.record import CellRecord, CrashRecord, count_events, read_charges, read_sends
+from labs.lab3.record import CellRecord, CrashRecord, entries_by_event, read_charges, read_sends
 from labs.lab3.sampler import Sampler
 from labs.lab3.settings import Lab3Settings
 from solutions.connection import is_busygroup
@@ -190,7 +190,7 @@ class Phase:
             sends=read_sends(cell.sent_log),
             charges=read_charges(cell.ledger),
             dlq_events=[f.get("event_id", "") for _, f in entries(self.client, cell.dlq)],
-            stream_counts=count_events([f.get("event_id", "") for _, f in entries(self.client, cell.stream)]),
+            stream_entries=entries_by_event(entries(self.client, cell.stream)),
             pending_end=state.pending if state else -1,
             pending_end_by_consumer=pending_by_consumer(self.client, cell.stream, GROUP),
             lag_end=state.lag if state and state.lag is not None else -1,
