@@ -231,10 +231,22 @@ class SignalOutcome:
     output: str
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default disposition. A shell without job
+    control starts background commands (``make test &``, nohup) with SIGINT ignored, and
+    Python keeps an inherited "ignore" instead of installing its KeyboardInterrupt handler,
+    so the probe would show the launcher's setting instead of Python's default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def python_signal_default(sig: int, timeout_s: float = 10.0) -> SignalOutcome:
     """Run a bare ``try/finally`` Python process, send it ``sig``, report whether ``finally`` ran."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", SIGNAL_PROBE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-c", SIGNAL_PROBE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_default_sigint,
     )
     try:
         assert proc.stdout is not None
