@@ -106,9 +106,11 @@ def _verify_wait(ns: Mapping[str, Any]) -> str:
     confirmed, unknown, missing = (_id_set(ns, n) for n in ("confirmed_ids", "unknown_ids", "missing_ids"))
     expect(not confirmed & unknown, "Одна запись не может быть и подтверждённой, и с неизвестным исходом.")
     expect(
-        len(confirmed) >= 5 and unknown,
-        "Нужны обе группы: записи при живой связи (`WAIT` вернул 1) и записи в окне после продвижения реплики.",
+        confirmed,
+        "Ни одной подтверждённой записи: `WAIT` не дождался реплики даже при живой связи. Дождитесь связи перед "
+        "записями и дайте `WAIT` хотя бы 100 мс.",
     )
+    expect(unknown, "Нет записей с неизвестным исходом: пишите в старый мастер и **после** продвижения реплики.")
     expect(missing <= confirmed | unknown, "В `missing_ids` есть ID, которых продюсер не отправлял.")
     expect(
         missing,
@@ -120,13 +122,11 @@ def _verify_wait(ns: Mapping[str, Any]) -> str:
         "Пропала запись, для которой `WAIT 1` вернул 1: так не бывает, если `WAIT` спрашивать после **каждого** `XADD` "
         "на том же соединении — проверьте порядок.",
     )
-    expect(
-        missing == unknown,
-        "Пропало не всё из «неизвестных»: при вежливом failover всё, что старый мастер принял после продвижения, "
-        "теряется при ресинхронизации — проверьте, что считаете по новому мастеру после неё.",
-    )
+    survived = len(unknown - missing)
+    arrived = f", а {survived} всё-таки дошли (WAIT не дождался и живой реплики)" if survived else ""
     return (
-        f"Подтверждённых {len(confirmed)} — все на новом мастере; «неизвестных» {len(unknown)} — все пропали. "
+        f"Подтверждённых {len(confirmed)} — все на новом мастере; из {len(unknown)} «неизвестных» пропали "
+        f"{len(missing)}{arrived}. "
         "`WAIT` не спас записи окна, но превратил тихую потерю в известный список: продюсер лабораторной "
         "с `WAIT` переотправит их с тем же `event_id`, а если запись всё-таки дошла, дубль уберёт дедуп по "
         "`event_id` (задание 1)."
@@ -173,7 +173,7 @@ EXERCISES: tuple[Exercise, ...] = (
         needs=("confirmed_ids", "unknown_ids", "missing_ids"),
         verify=_verify_wait,
         hint=(
-            "После каждого old.xadd(...) — old.wait(1, 50): 1 — в confirmed_ids, 0 — в unknown_ids. Продвижение: "
+            "После каждого old.xadd(...) — old.wait(1, 100): 1 — в confirmed_ids, 0 — в unknown_ids. Продвижение: "
             "new.execute_command('REPLICAOF', 'NO', 'ONE'); разжалование: old.execute_command('REPLICAOF', "
             "'127.0.0.1', str(pair.replica.port)), дождаться master_link_status:up; потом XRANGE на new."
         ),
