@@ -65,6 +65,8 @@ def test_count_and_min_idle_judges_the_runs_records_and_the_forecast(ns: dict[st
     assert "`batch_20`, `batch_5`, `twice_20_predicted` пока не определены" in verdict("02.2", ns).message
     assert "Из 20 дважды обработаны 10" in passes("02.2", {**ns, **right})
     says("02.2", {**ns, **right, "twice_20_predicted": 2}, "Прогноз далёк от замера")
+    slow_20 = _batch(ns, 20, 14, 1400)  # a loaded machine: handlings of 65 ms, more entries outlive min idle
+    passes("02.2", {**ns, **right, "batch_20": slow_20})  # the forecast from exact 50 ms handlings still counts
     says("02.2", {**ns, **right, "batch_5": _batch(ns, 5, 2)}, "В пачке из 5 есть дубли")
     slow = ClaimRun(500, 5, 5, 7, 2, 2, 0, 50, 51, 600, 1.0)  # a loaded machine: the batch outlived min idle
     passes("02.2", {**ns, **right, "batch_5": slow})

@@ -35,6 +35,7 @@ RESCUE_STREAM = "ex:rescue"
 RESCUER = "rescuer"
 DEAD_HELD = 3  # how many entries billing-2 took before it died, in 02.4
 BATCH_MIN_IDLE_MS = 500  # 02.2
+BATCH_WORK_MS = 50  # 02.2
 FORECAST_SLACK = 3  # 02.2: the forecast may miss the measured duplicates by this many (real timings)
 
 
@@ -110,8 +111,9 @@ def _verify_batch(ns: Mapping[str, Any]) -> str:
         "В пачке из 20 дважды обработаны все записи или ни одной: проверьте `min_idle_ms=500` и `work_ms=50`.",
     )
     forecast = number(ns["twice_20_predicted"], "twice_20_predicted")
+    ideal = long_run.entries - BATCH_MIN_IDLE_MS // BATCH_WORK_MS  # exact 50 ms handlings; a loaded machine adds some
     expect(
-        abs(forecast - long_run.duplicates) <= FORECAST_SLACK,
+        abs(forecast - long_run.duplicates) <= FORECAST_SLACK or abs(forecast - ideal) <= 1,
         "Прогноз далёк от замера. Запись номер k пачки ждёт, пока обработают k записей перед ней, и всё это "
         "время её idle растёт; спасатель заберёт её, если idle перевалит за min idle раньше, чем придёт XACK.",
     )

