@@ -9,6 +9,7 @@ and then compare the student's figures with Redis or with the experiment's own r
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Any
@@ -25,6 +26,13 @@ def stream_exists(client: redis.Redis, key: str, shown: str) -> None:
         client.exists(key),
         f"Стрима `{shown}` нет в Redis: выполните ячейку, которая готовит задание (если она есть), и свою.",
     )
+
+
+def named_stream(ns: Mapping[str, Any], suffix: str) -> tuple[redis.Redis, str]:
+    """The notebook's client and the exercise's stream ``P + suffix``, which must exist."""
+    client, stream = ns["r"], ns["P"] + suffix
+    stream_exists(client, stream, f'P + "{suffix}"')
+    return client, stream
 
 
 def of_kind(value: Any, kind: type | UnionType | tuple[type, ...], name: str, what: str) -> None:

@@ -22,10 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import redis
-
 from labs.exercises.exercise import Exercise, expect
-from labs.exercises.facts import number, of_kind, stream_exists
+from labs.exercises.facts import named_stream, number, of_kind
 from labs.experiments.claiming import ClaimRun
 
 GROUP = "billing"
@@ -39,15 +37,9 @@ BATCH_WORK_MS = 50  # 02.2
 FORECAST_SLACK = 3  # 02.2: the forecast may miss the measured duplicates by this many (real timings)
 
 
-def _stream(ns: Mapping[str, Any], suffix: str) -> tuple[redis.Redis, str]:
-    client, stream = ns["r"], ns["P"] + suffix
-    stream_exists(client, stream, f'P + "{suffix}"')
-    return client, stream
-
-
 def _verify_two_failing(ns: Mapping[str, Any]) -> str:
     """02.1: both consumers' failures rescued and acked, each journaled under the consumer it failed in."""
-    client, stream = _stream(ns, TWO_STREAM)
+    client, stream = named_stream(ns, TWO_STREAM)
     failed = {str(k): str(v) for k, v in client.hgetall(stream + ":failed").items()}
     journal = ns["two_journal"]
     of_kind(journal, list | tuple, "two_journal", "списком пар (ID записи, у кого её забрали)")
@@ -91,7 +83,7 @@ def _claim_run(ns: Mapping[str, Any], name: str, entries: int) -> ClaimRun:
         (run.min_idle_ms, run.entries) == (BATCH_MIN_IDLE_MS, entries),
         f"`{name}`: нужен прогон с `min_idle_ms=500` и `entries={entries}`.",
     )
-    client, stream = _stream(ns, f"ex:batch:{entries}")
+    client, stream = named_stream(ns, f"ex:batch:{entries}")
     expect(
         client.xlen(stream) == entries,
         f'В стриме `P + "ex:batch:{entries}"` не {entries} записей: прогон `{name}` шёл на другом стриме.',
@@ -126,7 +118,7 @@ def _verify_batch(ns: Mapping[str, Any]) -> str:
 
 def _verify_where_stuck(ns: Mapping[str, Any]) -> str:
     """02.3: the student's view of the PEL per consumer and its oldest entry's holder, against XPENDING."""
-    client, stream = _stream(ns, STUCK_STREAM)
+    client, stream = named_stream(ns, STUCK_STREAM)
     by_consumer, holder = ns["pending_by_consumer"], ns["oldest_holder"]
     expect(
         isinstance(by_consumer, Mapping),
@@ -159,7 +151,7 @@ def _verify_where_stuck(ns: Mapping[str, Any]) -> str:
 
 def _verify_rescue(ns: Mapping[str, Any]) -> str:
     """02.4: the dead consumer's entries were claimed by ``rescuer``, acked, and are still in the stream."""
-    client, stream = _stream(ns, RESCUE_STREAM)
+    client, stream = named_stream(ns, RESCUE_STREAM)
     rescued = ns["rescued"]
     expect(
         isinstance(rescued, list | tuple),

@@ -22,10 +22,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from labs.exercises.exercise import Exercise, expect
-from labs.exercises.facts import number, of_kind, stream_exists
+from labs.exercises.facts import named_stream, number, of_kind
 from labs.experiments.pool_and_dlq import POISON
 from labs.experiments.worker_procs import pending_ids
 
@@ -35,12 +33,6 @@ LAG_GROWTH = 30  # 07.4: the lag must grow by at least this much over the sample
 LAG_SLACK = 40  # 07.4: between the last sample and the stop the worker may still read a batch or two
 
 
-def _stream(ns: Mapping[str, Any], suffix: str) -> tuple[redis.Redis, str]:
-    client, stream = ns["r"], ns["P"] + suffix
-    stream_exists(client, stream, f'P + "{suffix}"')
-    return client, stream
-
-
 def _ids(value: Any, name: str) -> set[str]:
     of_kind(value, list | tuple | set | frozenset, name, "списком ID записей")
     return {str(v) for v in value}
@@ -48,8 +40,8 @@ def _ids(value: Any, name: str) -> set[str]:
 
 def _verify_drain_budget(ns: Mapping[str, Any]) -> str:
     """07.1: a short budget leaves the work in the PEL and names it; a long one finishes it."""
-    client, short = _stream(ns, "ex:drain:short")
-    _, long_ = _stream(ns, "ex:drain:long")
+    client, short = named_stream(ns, "ex:drain:short")
+    _, long_ = named_stream(ns, "ex:drain:long")
     left_short, left_long = _ids(ns["left_short"], "left_short"), _ids(ns["left_long"], "left_long")
     in_pel = pending_ids(client, short)
     expect(
@@ -76,7 +68,7 @@ def _verify_drain_budget(ns: Mapping[str, Any]) -> str:
 
 def _verify_killed(ns: Mapping[str, Any]) -> str:
     """07.2: SIGKILL during the drain: no 'drain complete' line, the work still in the PEL, nothing charged."""
-    client, stream = _stream(ns, "ex:killed")
+    client, stream = named_stream(ns, "ex:killed")
     run_dir: Path = ns["RUN_DIR"]
     log = (run_dir / "w-killed.log").read_text(errors="replace") if (run_dir / "w-killed.log").exists() else ""
     expect("received SIGTERM" in log, "В логе воркера `w-killed` нет `received SIGTERM`: сначала пошлите SIGTERM.")
@@ -105,7 +97,7 @@ def _verify_killed(ns: Mapping[str, Any]) -> str:
 
 def _verify_broken(ns: Mapping[str, Any]) -> str:
     """07.3: with every second attempt failing, charged + dead-lettered still add up, nobody twice."""
-    client, stream = _stream(ns, "ex:broken")
+    client, stream = named_stream(ns, "ex:broken")
     ledger = ns["RUN_DIR"] / "ex-broken.sqlite3"
     expect(ledger.exists(), 'Леджера `RUN_DIR / "ex-broken.sqlite3"` нет: передайте этот путь в `dlq_run`.')
     with closing(sqlite3.connect(ledger)) as db:
@@ -132,7 +124,7 @@ def _verify_broken(ns: Mapping[str, Any]) -> str:
 
 def _verify_lag(ns: Mapping[str, Any]) -> str:
     """07.4: the group's lag grew while the worker fell behind, and stays after it stopped."""
-    client, stream = _stream(ns, "ex:lag")
+    client, stream = named_stream(ns, "ex:lag")
     samples = ns["lag_samples"]
     of_kind(samples, list | tuple, "lag_samples", "списком чисел — `lag` группы в моменты замеров")
     expect(
