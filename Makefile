@@ -10,7 +10,8 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup redis-bin browser up up-aof up-sentinel failover failover-hard status down \
+.PHONY: help setup redis-bin browser monitoring-bin up-monitoring check-rules \
+        up up-aof up-sentinel failover failover-hard status down \
         up-cluster failover-cluster failover-cluster-hard \
         jupyter student test lint clean bench lab-1 check-lab-1 kit notebooks-html
 
@@ -31,7 +32,10 @@ redis-bin:
 browser: ## Debian's chromium for the browser test (skipped with a reason where it cannot be installed)
 	@bash scripts/ensure-chromium.sh
 
-setup: $(STAMP) redis-bin browser ## create .venv, install the packages, the Redis binaries and Chromium
+monitoring-bin: ## Prometheus, promtool, redis_exporter (Debian packages; a warning where they cannot be installed)
+	@bash scripts/ensure-monitoring.sh
+
+setup: $(STAMP) redis-bin browser monitoring-bin ## create .venv, install the packages, Redis, Chromium, Prometheus
 
 up: setup ## start the single topology (no persistence, port 6390)
 	@$(LAB) up single
@@ -57,10 +61,16 @@ failover-cluster: setup ## CLUSTER FAILOVER on the replica of the master with sl
 failover-cluster-hard: setup ## kill -9 of the master with slot 0, timed; it comes back as a replica
 	@$(LAB) failover cluster --hard
 
+up-monitoring: setup ## redis_exporter per node + Prometheus (127.0.0.1:9390) for the running topologies
+	@$(LAB) monitoring up
+
+check-rules: setup ## promtool check + test of monitoring/ (production rules and their lab copy)
+	@$(LAB) monitoring rules
+
 status: setup ## roles, ports, offsets, each sentinel's master, each cluster master's slots
 	@$(LAB) status
 
-down: setup ## stop every Redis process the launcher started
+down: setup ## stop every Redis process the launcher started (and the monitoring add-on)
 	@$(LAB) down
 
 jupyter: setup $(if $(STUDENT),student) ## JupyterLab on notebooks/ (STUDENT=1: on the student edition; --allow-root as root)
@@ -82,11 +92,11 @@ check-lab-1: setup ## lab 1's checks against your code: make check-lab-1 IMPL=my
 	@$(PY) -m labs.lab1.check --impl $(or $(IMPL),solutions.lab1) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
 
 .PHONY: lab-3 check-lab-3
-lab-3: setup ## lab 3: three workers, normal / failover / SIGTERM x dedupe, report (~3.5 min; QUICK=1 ~2 min, WORKER="cmd", REPEAT=3)
+lab-3: setup ## lab 3: three workers, normal / crash / failover / SIGTERM x dedupe, report (~4 min; QUICK=1 ~2.5 min, WORKER="cmd", REPEAT=3)
 	@$(PY) -m labs.lab3 $(if $(QUICK),--quick) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(FAILOVER),--failover $(FAILOVER)) \
 		$(if $(WORKER),--worker '$(WORKER)') $(LAB3_ARGS)
 
-check-lab-3: setup ## lab 3's checks against your worker: make check-lab-3 WORKER="./billing-worker"
+check-lab-3: setup ## lab 3's checks against your worker (~2 min): make check-lab-3 WORKER="./billing-worker"
 	@$(PY) -m labs.lab3.check $(if $(WORKER),--worker '$(WORKER)') $(LAB3_ARGS)
 
 kit: setup ## regenerate the student starters from solutions/

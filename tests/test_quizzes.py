@@ -8,10 +8,12 @@ from pathlib import Path
 import nbformat
 import pytest
 import redis
+from monitoring_support import MonitoredStack
 
 from labs.experiments.persistence import StopResult, stop_and_count
+from labs.launcher.prom_api import PrometheusAPI
 from labs.panels.quiz import Quiz, QuizKeyError
-from labs.panels.quizzes import module1, module3
+from labs.panels.quizzes import module1, module3, monitoring
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -72,6 +74,35 @@ def test_facts_that_contradict_a_key_raise(
         quiz.verify(redis_client, key_prefix=key_prefix)
 
 
+FACTS = monitoring.MonitoringFacts(
+    memory_alert_at=100.0, first_oom_at=104.0, quiet_idle_s=6.0, quiet_loud=(),
+    quiet_info=("RedisFailoverHappened",), hotkeys_refusal="ERR An LFU maxmemory policy is not selected",
+)
+
+
+def test_monitoring_keys_agree_with_redis_prometheus_and_the_facts(
+    monitored_stack: MonitoredStack, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    quiz = monitoring.quiz(prom=monitored_stack.mon.api, facts=FACTS)
+    assert len(quiz.verify(redis_client, key_prefix=key_prefix)) == len(quiz.questions) == 8
+    assert list(redis_client.scan_iter(match=f"{key_prefix}*")) == []
+
+
+@pytest.mark.parametrize(
+    ("facts", "says"),
+    [
+        (dataclasses.replace(FACTS, memory_alert_at=105.0), "Продюсер заполнял память"),
+        (dataclasses.replace(FACTS, quiet_loud=("StreamNoLiveConsumer",)), "Консьюмер тихого стрима"),
+    ],
+)
+def test_monitoring_facts_that_contradict_a_key_raise(
+    facts: monitoring.MonitoringFacts, says: str, monitored_stack: MonitoredStack,
+    redis_client: redis.Redis, key_prefix: str,
+) -> None:
+    with pytest.raises(QuizKeyError, match=says):
+        monitoring.quiz(prom=monitored_stack.mon.api, facts=facts).verify(redis_client, key_prefix=key_prefix)
+
+
 def test_the_window_needs_an_acknowledged_write() -> None:
     with pytest.raises(ValueError, match="at least one"):
         dataclasses.replace(WINDOW, acknowledged=0)
@@ -92,3 +123,12 @@ def test_the_visible_quiz_cell_gives_no_answer_away(name: str) -> None:
 
 def _stop() -> StopResult:
     return StopResult(save="3600 1 300 100 60 10000", acknowledged=100, survived=100, rdb_bytes=1)
+
+
+def test_notebook_10_shows_the_monitoring_quiz_without_its_answers() -> None:
+    nb = nbformat.read(NOTEBOOKS / "10_monitoring_and_incidents.ipynb", as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "labs.panels.quizzes import monitoring" in code and "Question(" not in code
+    for question in monitoring.quiz(prom=PrometheusAPI("http://127.0.0.1:1"), facts=FACTS).questions:
+        right = question.options[question.answer]
+        assert question.explain not in code and (len(right) < 5 or right not in code), question.text
