@@ -8,7 +8,7 @@ finishes without an error output. Screenshots are saved to a temporary directory
 paths printed. Without Chromium (or Playwright) the test is skipped with the reason.
 
 The student edition (``make student``) is served by the same JupyterLab, under ``student/``:
-the test runs the setup cell of notebook 02, then the exercise cells of 02.3 and 02.4 as one
+the test runs the setup cell of notebook 02, then the exercise cells of 02.1 to 02.4 as one
 selection (the way Run All runs them): each check on a blank shows a red box saying in Russian
 what is missing, with the hint behind a click, and the cells after a failed check still run
 (the ``raises-exception`` tag). Then it types the reference solution into the 02.4 cell and
@@ -119,6 +119,7 @@ SET_SOURCE_JS = """
   window.jupyterapp.shell.currentWidget.content.model.cells.get(args.index).sharedModel.setSource(args.source);
 }
 """
+EXERCISES_02 = ("02.1", "02.2", "02.3", "02.4")
 BOXES_JS = """
 () => Array.from(document.querySelectorAll('.exercise-check')).map(el => ({
   id: el.dataset.exercise, passed: el.dataset.passed === 'true', text: el.innerText }))
@@ -167,7 +168,7 @@ def test_the_student_edition_answers_back(
         assert all(cells[i]["errors"] and "CheckFailed" in cells[i]["errors"][0] for i in checks), cells
         assert all(not cells[i]["errors"] for i in exercise if i not in checks)
         boxes = page.evaluate(BOXES_JS)
-        assert [(b["id"], b["passed"]) for b in boxes] == [("02.3", False), ("02.4", False)]
+        assert [(b["id"], b["passed"]) for b in boxes] == [(e, False) for e in EXERCISES_02]
         assert all("пока не определен" in b["text"] and "Подсказка" in b["text"] for b in boxes)
         hint = page.locator(".exercise-check[data-exercise='02.4'] summary")
         hint.scroll_into_view_if_needed()
@@ -179,8 +180,8 @@ def test_the_student_edition_answers_back(
         cells = _wait_ran(page, [blank - 1, blank, blank + 1], before=cells)
         assert not cells[blank + 1]["errors"], cells[blank + 1]
         boxes = page.evaluate(BOXES_JS)
-        assert [(b["id"], b["passed"]) for b in boxes] == [("02.3", False), ("02.4", True)], boxes
-        assert "верно" in boxes[1]["text"]
+        assert [(b["id"], b["passed"]) for b in boxes] == [(e, e == "02.4") for e in EXERCISES_02], boxes
+        assert "верно" in boxes[-1]["text"]
         page.locator(".exercise-check[data-exercise='02.4']").scroll_into_view_if_needed()
         page.screenshot(path=str(screens / "student-02-solution-passes.png"))
         assert page.get_by_text(NEWS_PROMPT).count() == 0, "JupyterLab asked about Jupyter news"

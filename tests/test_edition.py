@@ -3,10 +3,12 @@
 "In step" is proved twice. On the files: the student edition is the reference with each
 ``### BEGIN SOLUTION`` region replaced by ``# ваш код`` and nothing else changed (bar the
 banner cell and the check cells' ``raises-exception`` tag), so putting the regions back gives
-the reference. On a kernel, against real Redis: for each notebook with exercises, one kernel
+the reference. On a kernel, against real Redis: for each notebook with exercises, the kernel
 runs the setup cell, then each exercise's **student** cells (the blank and the check: the check
 must fail with one Russian line, not a traceback) and then its **reference** cells (the
-solution and the check: it must pass). See ``notebooks/CONVENTIONS.md``.
+solution and the check: it must pass). See ``notebooks/CONVENTIONS.md``. One kernel serves every
+notebook (its namespace reset with ``%reset -f`` before each), so the notebooks' imports (plotly,
+the panels) are paid once, not once per notebook.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import nbformat
 import pytest
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 from labs.exercises import edition
@@ -138,11 +141,25 @@ def _outputs(cell: Any) -> tuple[list[Any], list[str]]:
     return errors, html
 
 
-def _run(cells: list[Any], cwd: Path) -> Any:
+@pytest.fixture(scope="module")
+def kernel() -> Iterator[KernelManager]:
+    """One kernel for every notebook's exercises (started in the notebooks' folder, as JupyterLab would)."""
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(edition.SOURCE_DIR))
+    yield km
+    km.shutdown_kernel(now=True)
+
+
+def _run(cells: list[Any], km: KernelManager) -> Any:
+    """The cells after ``%reset -f`` (a fresh namespace; imported modules stay), then the clean-up."""
     nb = nbformat.v4.new_notebook(metadata=read(NOTEBOOKS[0]).metadata)
-    nb.cells = [nbformat.v4.new_code_cell(c.source) for c in cells] + [nbformat.v4.new_code_cell(CLEANUP)]
-    client = NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True)
-    client.execute(cwd=str(cwd))
+    nb.cells = [nbformat.v4.new_code_cell("%reset -f")]
+    nb.cells += [nbformat.v4.new_code_cell(c.source) for c in cells] + [nbformat.v4.new_code_cell(CLEANUP)]
+    client = NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True, km=km)
+    client.execute()
+    if client.kc is not None:
+        client.kc.stop_channels()
+    nb.cells = nb.cells[1:]
     return nb
 
 
@@ -155,7 +172,7 @@ def _with_exercises() -> Iterator[Path]:
 @pytest.mark.slow
 @pytest.mark.parametrize("path", list(_with_exercises()), ids=lambda p: p.stem)
 def test_blanks_fail_their_checks_in_russian_and_the_solutions_pass(
-    path: Path, student_dir: Path, redis_url: str
+    path: Path, student_dir: Path, redis_url: str, kernel: KernelManager
 ) -> None:
     reference, student = read(path), read(student_dir / path.name)
     setup = next(c for c in reference.cells if c.cell_type == "code")
@@ -164,7 +181,7 @@ def test_blanks_fail_their_checks_in_russian_and_the_solutions_pass(
     for exercise_id in ref_groups:
         plan += [(exercise_id, "student", c) for c in stu_groups[exercise_id]]
         plan += [(exercise_id, "reference", c) for c in ref_groups[exercise_id]]
-    ran = _run([setup] + [cell for _, _, cell in plan], path.parent)
+    ran = _run([setup] + [cell for _, _, cell in plan], kernel)
     setup_errors, _ = _outputs(ran.cells[0])
     assert not setup_errors, setup_errors
     for (exercise_id, which, cell), out in zip(plan, ran.cells[1:], strict=False):

@@ -2,58 +2,95 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
-import nbformat
 import pytest
 import redis
+from exercise_support import namespace, passes, prepared, says, solved, verdict
 
-from labs.exercises.edition import SOURCE_DIR
-from labs.exercises.exercise import Verdict, evaluate
-from labs.exercises.notebook import find
+from labs.experiments.claiming import ClaimRun
 
 pytestmark = pytest.mark.timeout(30)
 
-NOTEBOOK = SOURCE_DIR / "02_consumer_groups.ipynb"
+
+@pytest.fixture
+def ns(redis_client: redis.Redis, key_prefix: str, redis_url: str) -> dict[str, Any]:
+    return namespace(redis_client, key_prefix, redis_url)
 
 
-def prepared(exercise_id: str, client: redis.Redis, prefix: str) -> dict[str, Any]:
-    """Run the exercise's preparing cell (from the notebook itself) in a fresh namespace."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    (cell,) = [c for c in nb.cells if c.metadata.get("exercise") == exercise_id and "prepare" in c.id]
-    ns: dict[str, Any] = {"r": client, "P": prefix, "time": time}
-    exec(cell.source, ns)
-    return ns
+def test_two_failing_consumers_pass_with_owners_read_before_the_claim(ns: dict[str, Any]) -> None:
+    assert "`two_journal` пока не определена" in verdict("02.1", prepared("02.1", ns)).message
+    message = passes("02.1", solved("02.1", ns))
+    assert "billing-1, billing-2" in message
 
 
-def verdict(exercise_id: str, ns: dict[str, Any], solve: Callable[[dict[str, Any]], None] | None = None) -> Verdict:
-    if solve:
-        solve(ns)
-    return evaluate(find(exercise_id), ns)
+@pytest.mark.parametrize(
+    ("mistake", "fragment"),
+    [
+        ("owners after the claim", "владелец — сам `rescuer`"),
+        ("not acked", "В PEL группы ещё"),
+        ("one consumer only", "В PEL группы ещё"),
+        ("a wrong owner", "не тот владелец"),
+        ("not pairs", "пара (ID, консьюмер)"),
+    ],
+)
+def test_two_failing_consumers_name_each_mistake(mistake: str, fragment: str, ns: dict[str, Any]) -> None:
+    prepared("02.1", ns)
+    client, stream = ns["r"], ns["two_stream"]
+    failed = client.hgetall(ns["two_failed"])
+    only = {k: v for k, v in failed.items() if v == "billing-2"} if mistake == "one consumer only" else failed
+    _, claimed, _ = client.xautoclaim(stream, "billing", "rescuer", min_idle_time=100, count=100)
+    ids = [m for m, _ in claimed if m in only]
+    if mistake != "not acked":
+        client.xack(stream, "billing", *ids)
+    owners = {m: failed[m] for m in ids}
+    if mistake == "owners after the claim":
+        owners = dict.fromkeys(ids, "rescuer")
+    if mistake == "a wrong owner":
+        owners[ids[0]] = "billing-2" if owners[ids[0]] == "billing-1" else "billing-1"
+    ns["two_journal"] = list(ids) if mistake == "not pairs" else list(owners.items())
+    says("02.1", ns, fragment)
 
 
-def test_where_stuck_passes_on_xpending_and_explains_each_wrong_answer(
-    redis_client: redis.Redis, key_prefix: str
-) -> None:
-    ns = prepared("02.3", redis_client, key_prefix)
-    stream = ns["stuck_stream"]
-    assert "пока не определены" in verdict("02.3", dict(ns)).message  # the blank
-    summary = redis_client.xpending(stream, "billing")
+def _batch(ns: dict[str, Any], entries: int, duplicates: int, held_max_ms: float = 300.0) -> ClaimRun:
+    stream = f"{ns['P']}ex:batch:{entries}"
+    ns["r"].delete(stream)
+    for i in range(entries):
+        ns["r"].xadd(stream, {"i": i})
+    return ClaimRun(500, entries, entries, entries + duplicates, duplicates, duplicates, 0, 50, 51, held_max_ms, 1.0)
+
+
+def test_count_and_min_idle_judges_the_runs_records_and_the_forecast(ns: dict[str, Any]) -> None:
+    right = {"batch_20": _batch(ns, 20, 10, 1050), "batch_5": _batch(ns, 5, 0), "twice_20_predicted": 10}
+    assert "`batch_20`, `batch_5`, `twice_20_predicted` пока не определены" in verdict("02.2", ns).message
+    assert "Из 20 дважды обработаны 10" in passes("02.2", {**ns, **right})
+    says("02.2", {**ns, **right, "twice_20_predicted": 2}, "Прогноз далёк от замера")
+    slow_20 = _batch(ns, 20, 14, 1400)  # a loaded machine: handlings of 65 ms, more entries outlive min idle
+    passes("02.2", {**ns, **right, "batch_20": slow_20})  # the forecast from exact 50 ms handlings still counts
+    says("02.2", {**ns, **right, "batch_5": _batch(ns, 5, 2)}, "В пачке из 5 есть дубли")
+    slow = ClaimRun(500, 5, 5, 7, 2, 2, 0, 50, 51, 600, 1.0)  # a loaded machine: the batch outlived min idle
+    passes("02.2", {**ns, **right, "batch_5": slow})
+    says("02.2", {**ns, **right, "batch_20": right["batch_5"]}, "`batch_20`: нужен прогон")
+    says("02.2", {**ns, **right, "batch_20": 10}, "результатом `claiming.double_processing_run")
+    ns["r"].delete(f"{ns['P']}ex:batch:20")
+    says("02.2", {**ns, **right}, 'Стрима `P + "ex:batch:20"` нет')
+
+
+def test_where_stuck_passes_on_xpending_and_explains_each_wrong_answer(ns: dict[str, Any]) -> None:
+    prepared("02.3", ns)
+    client, stream = ns["r"], ns["stuck_stream"]
+    assert "пока не определены" in verdict("02.3", ns).message  # the blank
+    summary = client.xpending(stream, "billing")
     right = {c["name"]: c["pending"] for c in summary["consumers"]}
-    entries = redis_client.xpending_range(stream, "billing", min="-", max="+", count=100)
+    entries = client.xpending_range(stream, "billing", min="-", max="+", count=100)
     oldest = max(entries, key=lambda e: e["time_since_delivered"])["consumer"]
-    assert verdict("02.3", {**ns, "pending_by_consumer": right, "oldest_holder": oldest}).passed
+    passes("02.3", {**ns, "pending_by_consumer": right, "oldest_holder": oldest})
     read_counts = {"billing-2": 2, "billing-1": 4}  # what was read, not what is pending
-    assert "числа не совпадают с PEL" in verdict(
-        "02.3", {**ns, "pending_by_consumer": read_counts, "oldest_holder": oldest}).message
-    assert "не те консьюмеры" in verdict(
-        "02.3", {**ns, "pending_by_consumer": {"billing-2": 2}, "oldest_holder": oldest}).message
+    says("02.3", {**ns, "pending_by_consumer": read_counts, "oldest_holder": oldest}, "числа не совпадают с PEL")
+    says("02.3", {**ns, "pending_by_consumer": {"billing-2": 2}, "oldest_holder": oldest}, "не те консьюмеры")
     other = next(name for name in right if name != oldest)
-    assert "`oldest_holder` держит не самую давнюю" in verdict(
-        "02.3", {**ns, "pending_by_consumer": right, "oldest_holder": other}).message
-    assert "словарём" in verdict("02.3", {**ns, "pending_by_consumer": [1], "oldest_holder": oldest}).message
+    says("02.3", {**ns, "pending_by_consumer": right, "oldest_holder": other}, "`oldest_holder` держит не самую давнюю")
+    says("02.3", {**ns, "pending_by_consumer": [1], "oldest_holder": oldest}, "словарём")
 
 
 def claim(ns: dict[str, Any], *, ack: bool = True) -> None:
@@ -64,38 +101,36 @@ def claim(ns: dict[str, Any], *, ack: bool = True) -> None:
         client.xack(stream, "billing", *ns["rescued"])
 
 
-def test_rescue_passes_when_claimed_and_acked(redis_client: redis.Redis, key_prefix: str) -> None:
-    ns = prepared("02.4", redis_client, key_prefix)
+def test_rescue_passes_when_claimed_and_acked(ns: dict[str, Any]) -> None:
+    prepared("02.4", ns)
     assert "`rescued` пока не определена" in verdict("02.4", ns).message
-    good = verdict("02.4", ns, claim)
-    assert good.passed, good.message
+    claim(ns)
+    passes("02.4", ns)
 
 
 @pytest.mark.parametrize(
-    ("mistake", "says"),
+    ("mistake", "fragment"),
     [
         ("not acked", "надо подтвердить XACK"),
         ("acked without claiming", "нет консьюмера `rescuer`"),
         ("deleted", "стало меньше записей"),
         ("wrong ids", "не те ID"),
         ("not a list", "должен быть списком"),
-        ("stream gone", "Стрима `P + \"ex:rescue\"` нет"),
+        ("stream gone", 'Стрима `P + "ex:rescue"` нет'),
     ],
 )
-def test_rescue_names_what_is_wrong_without_the_answer(
-    mistake: str, says: str, redis_client: redis.Redis, key_prefix: str
-) -> None:
-    ns = prepared("02.4", redis_client, key_prefix)
-    stream = ns["rescue_stream"]
-    ids = [msg_id for msg_id, _ in redis_client.xrange(stream)]
+def test_rescue_names_what_is_wrong_without_the_answer(mistake: str, fragment: str, ns: dict[str, Any]) -> None:
+    prepared("02.4", ns)
+    client, stream = ns["r"], ns["rescue_stream"]
+    ids = [msg_id for msg_id, _ in client.xrange(stream)]
     if mistake == "not acked":
         claim(ns, ack=False)
     elif mistake == "acked without claiming":
-        redis_client.xack(stream, "billing", *ids)
+        client.xack(stream, "billing", *ids)
         ns["rescued"] = ids[:3]
     elif mistake == "deleted":
         claim(ns)
-        redis_client.xdel(stream, *ns["rescued"])
+        client.xdel(stream, *ns["rescued"])
     elif mistake == "wrong ids":
         claim(ns)
         ns["rescued"] = ids[3:]
@@ -103,8 +138,8 @@ def test_rescue_names_what_is_wrong_without_the_answer(
         claim(ns)
         ns["rescued"] = "3"
     elif mistake == "stream gone":
-        redis_client.delete(stream)
+        client.delete(stream)
         ns["rescued"] = []
     result = verdict("02.4", ns)
-    assert not result.passed and says in result.message, result.message
+    assert not result.passed and fragment in result.message, result.message
     assert not any(str(i) in result.message for i in ids)  # no ID to copy

@@ -1,10 +1,15 @@
-"""Exercise checks of notebook 02 (consumer groups): ``check("02.3")``, ``check("02.4")``.
+"""Exercise checks of notebook 02 (consumer groups): ``check("02.1")`` ... ``check("02.4")``.
 
 Each check reads the group's state on the running Redis and compares it with what the
 student's cell left behind; the messages say what to look at, never the numbers to type in.
 The streams are made by the exercise's own preparing cell (see the notebook), under the
 notebook's key prefix ``P``:
 
+- 02.1 «Два упавших консьюмера»: ``P + "ex:two"``; billing-1 fails every 4th entry, billing-2
+  every 3rd, and they record what failed in the hash ``P + "ex:two:failed"`` (id -> consumer).
+  The student rescues everything and journals whose it was: ``two_journal``.
+- 02.2 «COUNT и min idle вместе»: ``claiming.double_processing_run`` on ``P + "ex:batch:20"`` and
+  ``P + "ex:batch:5"`` (``batch_20``, ``batch_5``) and the student's forecast ``twice_20_predicted``.
 - 02.3 «Где зависло?»: ``P + "ex:stuck"``; billing-2 took two entries and died, billing-1 took
   four later and acked three. The student reads XPENDING into ``pending_by_consumer`` and
   ``oldest_holder``.
@@ -17,29 +22,103 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import redis
-
 from labs.exercises.exercise import Exercise, expect
+from labs.exercises.facts import named_stream, number, of_kind
+from labs.experiments.claiming import ClaimRun
 
 GROUP = "billing"
+TWO_STREAM = "ex:two"
 STUCK_STREAM = "ex:stuck"
 RESCUE_STREAM = "ex:rescue"
 RESCUER = "rescuer"
 DEAD_HELD = 3  # how many entries billing-2 took before it died, in 02.4
+BATCH_MIN_IDLE_MS = 500  # 02.2
+BATCH_WORK_MS = 50  # 02.2
+FORECAST_SLACK = 3  # 02.2: the forecast may miss the measured duplicates by this many (real timings)
 
 
-def _stream(ns: Mapping[str, Any], suffix: str) -> tuple[redis.Redis, str]:
-    client, stream = ns["r"], ns["P"] + suffix
+def _verify_two_failing(ns: Mapping[str, Any]) -> str:
+    """02.1: both consumers' failures rescued and acked, each journaled under the consumer it failed in."""
+    client, stream = named_stream(ns, TWO_STREAM)
+    failed = {str(k): str(v) for k, v in client.hgetall(stream + ":failed").items()}
+    journal = ns["two_journal"]
+    of_kind(journal, list | tuple, "two_journal", "списком пар (ID записи, у кого её забрали)")
+    pending = int(client.xpending(stream, GROUP)["pending"])
     expect(
-        client.exists(stream),
-        f"Стрима `P + \"{suffix}\"` нет в Redis: выполните ячейку, которая готовит задание (она перед вашей).",
+        pending == 0,
+        f"В PEL группы ещё {pending} зап.: спасатель должен забрать всё зависшее (у обоих консьюмеров) и подтвердить.",
     )
-    return client, stream
+    names = {str(c["name"]) for c in client.xinfo_consumers(stream, GROUP)}
+    expect(RESCUER in names, "В группе нет консьюмера `rescuer`: записи забирают `XAUTOCLAIM` от его имени.")
+    pairs = {}
+    for row in journal:
+        expect(isinstance(row, list | tuple) and len(row) == 2, "Каждая строка `two_journal` — пара (ID, консьюмер).")
+        pairs[str(row[0])] = str(row[1])
+    expect(
+        set(pairs) == set(failed),
+        "В журнале не те записи: в нём должны быть ровно те, что упали у обоих консьюмеров (их забрал спасатель), "
+        "по одной строке на запись.",
+    )
+    expect(
+        "rescuer" not in pairs.values(),
+        "В журнале владелец — сам `rescuer`: владельцев надо узнать по `XPENDING` **до** `XAUTOCLAIM`, "
+        "после него все записи уже числятся за спасателем.",
+    )
+    expect(
+        pairs == failed,
+        "Записи те, но у части из них указан не тот владелец: берите консьюмера из расширенного `XPENDING` "
+        "(`xpending_range`, поле `consumer`) для каждой записи.",
+    )
+    owners = sorted(set(failed.values()))
+    return (
+        f"Спасатель забрал {len(failed)} записей у {', '.join(owners)} и подтвердил их; журнал совпал с записями "
+        "самих консьюмеров. На живой панели это были бы зубцы PEL у обоих, а не у одного `billing-2`."
+    )
+
+
+def _claim_run(ns: Mapping[str, Any], name: str, entries: int) -> ClaimRun:
+    run: ClaimRun = ns[name]
+    of_kind(run, ClaimRun, name, "результатом `claiming.double_processing_run(...)`")
+    expect(
+        (run.min_idle_ms, run.entries) == (BATCH_MIN_IDLE_MS, entries),
+        f"`{name}`: нужен прогон с `min_idle_ms=500` и `entries={entries}`.",
+    )
+    client, stream = named_stream(ns, f"ex:batch:{entries}")
+    expect(
+        client.xlen(stream) == entries,
+        f'В стриме `P + "ex:batch:{entries}"` не {entries} записей: прогон `{name}` шёл на другом стриме.',
+    )
+    return run
+
+
+def _verify_batch(ns: Mapping[str, Any]) -> str:
+    """02.2: part of a long batch is processed twice, a short batch is not; the forecast is near the count."""
+    long_run, short_run = _claim_run(ns, "batch_20", 20), _claim_run(ns, "batch_5", 5)
+    expect(
+        short_run.duplicates == 0 or short_run.held_max_ms > BATCH_MIN_IDLE_MS,
+        "В пачке из 5 есть дубли, хотя вся она обработана быстрее min idle: проверьте `work_ms=50`.",
+    )
+    expect(
+        0 < long_run.duplicates < long_run.entries,
+        "В пачке из 20 дважды обработаны все записи или ни одной: проверьте `min_idle_ms=500` и `work_ms=50`.",
+    )
+    forecast = number(ns["twice_20_predicted"], "twice_20_predicted")
+    ideal = long_run.entries - BATCH_MIN_IDLE_MS // BATCH_WORK_MS  # exact 50 ms handlings; a loaded machine adds some
+    expect(
+        abs(forecast - long_run.duplicates) <= FORECAST_SLACK or abs(forecast - ideal) <= 1,
+        "Прогноз далёк от замера. Запись номер k пачки ждёт, пока обработают k записей перед ней, и всё это "
+        "время её idle растёт; спасатель заберёт её, если idle перевалит за min idle раньше, чем придёт XACK.",
+    )
+    return (
+        f"Из 20 дважды обработаны {long_run.duplicates}, из 5 — {short_run.duplicates}. Дубли — хвост пачки: "
+        "записи, которые ждали своей очереди дольше min idle. Поэтому min idle сравнивают не со временем одной "
+        "обработки, а с «пачка × обработка», а `COUNT` и `min idle` подбирают вместе."
+    )
 
 
 def _verify_where_stuck(ns: Mapping[str, Any]) -> str:
     """02.3: the student's view of the PEL per consumer and its oldest entry's holder, against XPENDING."""
-    client, stream = _stream(ns, STUCK_STREAM)
+    client, stream = named_stream(ns, STUCK_STREAM)
     by_consumer, holder = ns["pending_by_consumer"], ns["oldest_holder"]
     expect(
         isinstance(by_consumer, Mapping),
@@ -72,7 +151,7 @@ def _verify_where_stuck(ns: Mapping[str, Any]) -> str:
 
 def _verify_rescue(ns: Mapping[str, Any]) -> str:
     """02.4: the dead consumer's entries were claimed by ``rescuer``, acked, and are still in the stream."""
-    client, stream = _stream(ns, RESCUE_STREAM)
+    client, stream = named_stream(ns, RESCUE_STREAM)
     rescued = ns["rescued"]
     expect(
         isinstance(rescued, list | tuple),
@@ -93,8 +172,7 @@ def _verify_rescue(ns: Mapping[str, Any]) -> str:
     pending = int(client.xpending(stream, GROUP)["pending"])
     expect(
         pending == 0,
-        f"В PEL группы ещё {pending} зап. Забрать мало: после обработки каждую забранную запись "
-        "надо подтвердить XACK.",
+        f"В PEL группы ещё {pending} зап. Забрать мало: после обработки каждую забранную запись надо подтвердить XACK.",
     )
     expect(
         sorted(str(m) for m in rescued) == sorted(head),
@@ -108,6 +186,28 @@ def _verify_rescue(ns: Mapping[str, Any]) -> str:
 
 
 EXERCISES: tuple[Exercise, ...] = (
+    Exercise(
+        id="02.1",
+        title="Два упавших консьюмера",
+        needs=("two_journal",),
+        verify=_verify_two_failing,
+        hint=(
+            "Владельцы до захвата: {row['message_id']: row['consumer'] for row in r.xpending_range(two_stream, "
+            "'billing', '-', '+', 100)}. Потом r.xautoclaim(two_stream, 'billing', 'rescuer', min_idle_time=100, "
+            "count=100), XACK забранных и журнал [(ID, владелец) для каждой забранной]."
+        ),
+    ),
+    Exercise(
+        id="02.2",
+        title="COUNT и min idle вместе",
+        needs=("batch_20", "batch_5", "twice_20_predicted"),
+        verify=_verify_batch,
+        hint=(
+            "batch_20 = claiming.double_processing_run(REDIS_URL, P + 'ex:batch:20', min_idle_ms=500, entries=20, "
+            "work_ms=50), так же batch_5. Для прогноза: запись k подтверждается примерно через (k + 1) × 50 мс "
+            "после чтения пачки — сколько записей не успеют до 500 мс?"
+        ),
+    ),
     Exercise(
         id="02.3",
         title="Где зависло?",

@@ -1,7 +1,147 @@
-"""Exercise checks of notebook 05 (`check("05.K")`); see ``notebooks/CONVENTIONS.md``."""
+"""Exercise checks of notebook 05 (the read loop and idempotency): ``check("05.1")`` ... ``check("05.3")``.
+
+- 05.1 «Граница BLOCK и таймаута»: ``block_past_socket_timeout`` with ``socket_timeout_s=0.5`` and
+  ``BLOCK`` below and above it (``edge_results``: block ms -> outcome) on ``P + "ex:edge"``.
+- 05.2 «Пачка целиком и на одну больше»: ``work_held_at_crash`` with ``COUNT 64`` and a crash after
+  64 and after 65 handled entries (``held_64``, ``held_65``), on ``P + "ex:held:64"`` / ``":65"``.
+- 05.3 «TTL метки и поздний повтор»: ``late_replay`` with a replay after 300 ms for several TTLs
+  (``effects_by_ttl``: ttl ms -> effects), each on ``P + "ex:ttl:<ttl>"``.
+
+The checks of 05.2 and 05.3 read the PEL and the streams the runs left in Redis and compare them
+with the student's figures (an idle ``XREADGROUP`` leaves no trace, so 05.1 judges the outcomes
+alone); where timing decides (05.1, 05.3), values near the boundary are not judged.
+"""
 
 from __future__ import annotations
 
-from labs.exercises.exercise import Exercise
+from collections.abc import Mapping
+from typing import Any
 
-EXERCISES: tuple[Exercise, ...] = ()
+from labs.exercises.exercise import Exercise, expect
+from labs.exercises.facts import number, of_kind, stream_exists
+
+GROUP = "billing"
+SOCKET_TIMEOUT_MS = 500  # 05.1
+EDGE_SLACK_MS = 60  # 05.1: a BLOCK this close to the socket timeout may go either way
+COUNT = 64  # 05.2
+REPLAY_AFTER_MS = 300  # 05.3
+TTL_SLACK_MS = 60  # 05.3: a TTL this close to the replay delay may go either way
+
+
+def _verify_edge(ns: Mapping[str, Any]) -> str:
+    """05.1: BLOCK below the socket timeout reads "ok", above it the client reports a dead socket."""
+    client, stream = ns["r"], ns["P"] + "ex:edge"
+    stream_exists(client, stream, 'P + "ex:edge"')
+    results = ns["edge_results"]
+    of_kind(results, dict, "edge_results", "словарём {BLOCK в мс: исход}")
+    expect(
+        all(isinstance(k, int) and v in ("ok", "TimeoutError") for k, v in results.items()),
+        "Ключи `edge_results` — `block_ms` (целые), значения — то, что вернул `block_past_socket_timeout`: "
+        '`"ok"` или `"TimeoutError"`.',
+    )
+    expect(
+        any(k < SOCKET_TIMEOUT_MS for k in results) and any(k > SOCKET_TIMEOUT_MS for k in results),
+        "Нужны оба случая: один `BLOCK` короче таймаута сокета (0,5 с), другой длиннее.",
+    )
+    for block_ms, outcome in results.items():
+        if abs(block_ms - SOCKET_TIMEOUT_MS) <= EDGE_SLACK_MS:
+            continue  # too close to call: scheduling decides
+        expected = "ok" if block_ms < SOCKET_TIMEOUT_MS else "TimeoutError"
+        expect(
+            outcome == expected,
+            f"`BLOCK {block_ms}` дал не тот исход, что должен при `socket_timeout_s=0.5`: проверьте, что таймаут "
+            "сокета в прогонах именно 0,5 с.",
+        )
+    return (
+        "Граница — сам таймаут сокета: пока сервер держит `BLOCK`, он молчит, и клиент с таймаутом короче `BLOCK` "
+        "принимает здоровое пустое чтение за мёртвый сокет. У самой границы решают миллисекунды (сеть, планировщик, "
+        "пауза сервера), поэтому `solutions` ставит таймаут на секунды больше `BLOCK`, а не на 0,1 с."
+    )
+
+
+def _verify_held(ns: Mapping[str, Any]) -> str:
+    """05.2: a crash right after the batch holds nothing, one entry later it holds the next batch but one."""
+    client, prefix = ns["r"], ns["P"]
+    pels = {}
+    for after in (COUNT, COUNT + 1):
+        stream = f"{prefix}ex:held:{after}"
+        stream_exists(client, stream, f'P + "ex:held:{after}"')
+        pels[after] = int(client.xpending(stream, GROUP)["pending"])
+        name = f"held_{after}"
+        expect(
+            number(ns[name], name) == pels[after],
+            f'`{name}` не совпадает с `XPENDING` стрима `P + "ex:held:{after}"`: берите `held_at_crash` его прогона.',
+        )
+    expect(
+        pels[COUNT] == 0 and pels[COUNT + 1] == COUNT - 1,
+        "PEL после падений не такой, какой даёт последовательный цикл с `COUNT 64`: проверьте `count=64`, "
+        "`read_ahead=False` и `crash_after_handled` 64 и 65.",
+    )
+    return (
+        "После 64 обработанных цикл как раз закончил пачку и не успел прочитать следующую — в руках ноль. После 65 "
+        "он уже прочитал следующие 64 и сделал одну: в PEL 63 записи, которые теперь ждут спасателя. Работа в руках "
+        "при падении — от нуля до целой пачки, и решает момент, а не `COUNT` сам по себе."
+    )
+
+
+def _verify_ttl(ns: Mapping[str, Any]) -> str:
+    """05.3: a marker that outlives the replay catches it (1 effect); a shorter one lets it through (2)."""
+    client, prefix = ns["r"], ns["P"]
+    effects = ns["effects_by_ttl"]
+    of_kind(effects, dict, "effects_by_ttl", "словарём {TTL метки в мс: сколько раз случился эффект}")
+    expect(
+        all(isinstance(k, int) and v in (1, 2) for k, v in effects.items()),
+        "Ключи — `ttl_ms` (целые), значения — то, что вернул `late_replay`: число эффектов (1 или 2).",
+    )
+    expect(
+        set(effects.values()) == {1, 2},
+        "Нужны оба исхода: TTL, при котором повтор пойман (1 эффект), и TTL, при котором прошёл (2).",
+    )
+    for ttl_ms, count in effects.items():
+        stream_exists(client, f"{prefix}ex:ttl:{ttl_ms}", f'P + "ex:ttl:{ttl_ms}"')
+        if abs(ttl_ms - REPLAY_AFTER_MS) <= TTL_SLACK_MS:
+            continue  # the marker expires about when the replay comes: either way is honest
+        expected = 1 if ttl_ms > REPLAY_AFTER_MS else 2
+        expect(
+            count == expected,
+            f"TTL {ttl_ms} мс дал {count} эфф., а повтор приходит через 300 мс: проверьте `replay_after_ms=300`.",
+        )
+    return (
+        "Метка ловит повтор, только пока жива: TTL метки должен быть не меньше самого позднего повтора — то есть "
+        "retention стрима (и того, сколько запись может пролежать в DLQ до переигрывания). «retention 24 ч, TTL 1 ч» "
+        "— это случай 2 таблицы."
+    )
+
+
+EXERCISES: tuple[Exercise, ...] = (
+    Exercise(
+        id="05.1",
+        title="Граница BLOCK и таймаута",
+        needs=("edge_results",),
+        verify=_verify_edge,
+        hint=(
+            "edge_results = {b: block_past_socket_timeout(REDIS_URL, edge_stream, socket_timeout_s=0.5, block_ms=b) "
+            "for b in (300, 700)} — одно значение меньше 500 мс, другое больше."
+        ),
+    ),
+    Exercise(
+        id="05.2",
+        title="Пачка целиком и на одну больше",
+        needs=("held_64", "held_65"),
+        verify=_verify_held,
+        hint=(
+            "work_held_at_crash(REDIS_URL, P + 'ex:held:64', count=64, read_ahead=False, crash_after_handled=64)"
+            ".held_at_crash, и так же с 65. Подумайте, что цикл делает сразу после того, как обработал всю пачку."
+        ),
+    ),
+    Exercise(
+        id="05.3",
+        title="TTL метки и поздний повтор",
+        needs=("effects_by_ttl",),
+        verify=_verify_ttl,
+        hint=(
+            "{ttl: late_replay(r, P + f'ex:ttl:{ttl}', ttl_ms=ttl, replay_after_ms=300) for ttl in (...)} — возьмите "
+            "один TTL заметно меньше 300 мс и один заметно больше."
+        ),
+    ),
+)

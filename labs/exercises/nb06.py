@@ -1,7 +1,229 @@
-"""Exercise checks of notebook 06 (`check("06.K")`); see ``notebooks/CONVENTIONS.md``."""
+"""Exercise checks of notebook 06 (the rescuer, the pool, the DLQ): ``check("06.1")`` ... ``check("06.4")``.
+
+The runs are the notebook's own experiments (``labs.experiments.claiming``, ``rescuers``,
+``pool_and_dlq``) on the exercise's streams under ``P``; each check reads those streams and the
+run records and compares the student's figures with them (ranges where timing decides):
+
+- 06.1 «Кривая у обрыва» and 06.2 «Без разброса»: ``min_idle_sweep`` with jitter 60 ms and 0 ms
+  (``fine_sweep``, ``flat_sweep``); where the duplicates end (``*_zero_from_ms``) and the handler's
+  p99 (``*_p99_ms``).
+- 06.3 «Пачка спасателя в одну запись»: ``rescuers_race`` with ``count=1``, with a handler shorter
+  and longer than min idle (``race_one``, ``race_slow``).
+- 06.4 «COUNT 1»: ``pool_run`` with ``count=1`` and ``count=16`` (``count_one``, ``count_sixteen``)
+  and the ``XREADGROUP`` calls per entry the student measured (``reads_per_entry``).
+"""
 
 from __future__ import annotations
 
-from labs.exercises.exercise import Exercise
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-EXERCISES: tuple[Exercise, ...] = ()
+from labs.exercises.exercise import Exercise, expect
+from labs.exercises.facts import number, of_kind, stream_exists
+from labs.experiments.claiming import ClaimRun
+from labs.experiments.pool_and_dlq import PoolRun
+from labs.experiments.rescuers import RaceRun
+
+GROUP = "billing"
+SWEEP_ENTRIES = 40
+P99_SLACK_MS = 0.5
+POOL_ENTRIES = 200
+
+
+def zero_from(runs: Sequence[ClaimRun]) -> int | None:
+    """The smallest min idle of the sweep from which on every run had no duplicates (None: never)."""
+    found = None
+    for run in sorted(runs, key=lambda x: x.min_idle_ms, reverse=True):
+        if run.duplicates:
+            break
+        found = run.min_idle_ms
+    return found
+
+
+def _sweep(ns: Mapping[str, Any], name: str, prefix: str, must_have: Sequence[int]) -> list[ClaimRun]:
+    runs = ns[name]
+    of_kind(runs, list | tuple, name, "списком, который вернул `min_idle_sweep(...)`")
+    expect(
+        bool(runs) and all(isinstance(x, ClaimRun) for x in runs),
+        f"`{name}` — список результатов `min_idle_sweep(...)`.",
+    )
+    values = {x.min_idle_ms for x in runs}
+    expect(
+        set(must_have) <= values,
+        f"В ряду `{name}` нет значений min idle из задания: {', '.join(map(str, must_have))} мс.",
+    )
+    for run in runs:
+        stream = f"{ns['P']}{prefix}sweep:{run.min_idle_ms}"
+        stream_exists(ns["r"], stream, f'P + "{prefix}sweep:{run.min_idle_ms}"')
+        expect(run.entries == SWEEP_ENTRIES, f"В прогонах `{name}` должно быть по {SWEEP_ENTRIES} записей.")
+    return list(runs)
+
+
+def _curve_checker(
+    name: str, prefix: str, must_have: Sequence[int], lesson: Callable[[list[ClaimRun], int | None, float], str]
+) -> Callable[[Mapping[str, Any]], str]:
+    """06.1 and 06.2: the student's cut-off and p99 read off their own sweep."""
+    stem = name.removesuffix("_sweep")
+
+    def verify(ns: Mapping[str, Any]) -> str:
+        runs = _sweep(ns, name, prefix, must_have)
+        p99 = max(x.handler_p99_ms for x in runs)
+        expect(
+            abs(number(ns[f"{stem}_p99_ms"], f"{stem}_p99_ms") - p99) <= P99_SLACK_MS,
+            f"`{stem}_p99_ms` не совпадает с наибольшим `handler_p99_ms` вашего ряда.",
+        )
+        cut = zero_from(runs)
+        claimed = ns[f"{stem}_zero_from_ms"]
+        expect(
+            claimed == cut,
+            f"`{stem}_zero_from_ms` не то: это наименьший min idle ряда, начиная с которого дублей нет ни в одном "
+            "прогоне (и в нём самом, и во всех с бо́льшим min idle); `None`, если такого нет.",
+        )
+        return lesson(runs, cut, p99)
+
+    return verify
+
+
+def _no_cut(runs: list[ClaimRun], p99: float) -> str:
+    held = max(x.held_max_ms for x in runs)
+    return (
+        f"Дубли есть во всём ряду: p99 обработки {p99:.0f} мс, а в руках запись бывала до {held:.0f} мс — машина "
+        "загружена, и очередь к потокам длиннее самой работы. Добавьте в ряд значения побольше и посмотрите, где "
+        "кривая обрывается."
+    )
+
+
+def _fine_lesson(runs: list[ClaimRun], cut: int | None, p99: float) -> str:
+    if cut is None:
+        return _no_cut(runs, p99)
+    held = max(x.held_max_ms for x in runs if x.min_idle_ms == cut)
+    return (
+        f"Дубли кончаются на {cut} мс при p99 обработки {p99:.0f} мс: не раньше p99 (запись, которую обрабатывают "
+        "дольше min idle, спасатель заберёт обязательно), а с запасом на ожидание потока и XACK — в этом прогоне "
+        f"запись была в руках до {held:.0f} мс. Правило — «дольше всего в руках плюс запас», а не кратность p99."
+    )
+
+
+def _flat_lesson(runs: list[ClaimRun], cut: int | None, p99: float) -> str:
+    if cut is None:
+        return _no_cut(runs, p99)
+    p50 = min(x.handler_p50_ms for x in runs)
+    return (
+        f"Без разброса p50 и p99 обработки почти совпали ({p50:.0f} и {p99:.0f} мс), и кривая обрывается на {cut} мс "
+        "— сразу за временем в руках (обработка плюс ожидание потока и XACK). «Два p99» тут — просто запас; а ниже "
+        "времени обработки спасатель забирает почти всё."
+    )
+
+
+def _race(ns: Mapping[str, Any], name: str, stream: str) -> RaceRun:
+    run: RaceRun = ns[name]
+    of_kind(run, RaceRun, name, "результатом `rescuers_race(...)`")
+    expect(not run.lease, f"`{name}`: нужен прогон без аренды (`lease=False`).")
+    client, key = ns["r"], ns["P"] + stream
+    stream_exists(client, key, f'P + "{stream}"')
+    expect(client.xlen(key) == run.entries, f'`{name}` шёл не на стриме `P + "{stream}"`.')
+    expect(int(client.xpending(key, GROUP)["pending"]) == 0, f'В PEL стрима `P + "{stream}"` что-то осталось.')
+    return run
+
+
+def _verify_race(ns: Mapping[str, Any]) -> str:
+    """06.3: with a batch of one, steals vanish while the work is shorter than min idle, and come back when not."""
+    one, slow = _race(ns, "race_one", "ex:race:1"), _race(ns, "race_slow", "ex:race:slow")
+    expect(
+        one.stolen_from_rescuers <= 2,  # a loaded machine can stretch a 30 ms handling past min idle, rarely
+        "В `race_one` спасатели по-прежнему крадут друг у друга: у каждого в руках должна быть одна запись "
+        "(`count=1`), а её обработка — короче min idle (по умолчанию 30 мс против 100).",
+    )
+    expect(
+        slow.stolen_from_rescuers > 0,
+        "В `race_slow` краж нет: обработка должна быть дольше min idle (`work_ms=150` при min idle 100 мс).",
+    )
+    return (
+        f"С пачкой в одну запись краж {one.stolen_from_rescuers}, дублей {one.duplicates}: ждать в очереди пачки "
+        f"нечему. Но стоит обработке стать дольше min idle — краж {slow.stolen_from_rescuers}, дублей "
+        f"{slow.duplicates}: запись в работе простаивает для Redis так же, как брошенная. Маленькая пачка убирает "
+        "ожидание, аренда — саму гонку: спасатель один, что бы ни случилось с обработкой."
+    )
+
+
+def _pool(ns: Mapping[str, Any], name: str, count: int) -> PoolRun:
+    run: PoolRun = ns[name]
+    of_kind(run, PoolRun, name, "результатом `pool_run(...)`")
+    expect(
+        (run.count, run.parallelism, run.entries, run.finished) == (count, 8, POOL_ENTRIES, True),
+        f"`{name}`: нужен законченный прогон с `count={count}, parallelism=8, entries={POOL_ENTRIES}`.",
+    )
+    client, key = ns["r"], f"{ns['P']}ex:count:{count}"
+    stream_exists(client, key, f'P + "ex:count:{count}"')
+    expect(client.xlen(key) == POOL_ENTRIES, f'`{name}` шёл не на стриме `P + "ex:count:{count}"`.')
+    return run
+
+
+def _verify_count_one(ns: Mapping[str, Any]) -> str:
+    """06.4: COUNT 1 costs one XREADGROUP per entry; COUNT 16 a fraction of one."""
+    one, sixteen = _pool(ns, "count_one", 1), _pool(ns, "count_sixteen", 16)
+    reads = ns["reads_per_entry"]
+    of_kind(reads, dict, "reads_per_entry", "словарём {COUNT: вызовов XREADGROUP на запись}")
+    expect(set(reads) == {1, 16}, "Ключи `reads_per_entry` — 1 и 16 (значения `count` прогонов).")
+    per_one, per_sixteen = number(reads[1], "reads_per_entry[1]"), number(reads[16], "reads_per_entry[16]")
+    expect(
+        0.8 <= per_one <= 2.0,
+        "При `count=1` должно выйти около одного `XREADGROUP` на запись: делите прирост `calls` из "
+        "`INFO commandstats` (`cmdstat_xreadgroup`) за прогон на число записей, 200.",
+    )
+    expect(
+        per_sixteen < per_one / 3,
+        "При `count=16` чтений на запись должно быть в разы меньше: замеряйте каждый прогон отдельно — снимок "
+        "счётчика до и после именно этого прогона.",
+    )
+    return (
+        f"`count=1`: {per_one:.2f} чтения на запись, разбор {one.drain_s:.2f} с; `count=16`: {per_sixteen:.2f}, "
+        f"{sixteen.drain_s:.2f} с. Каждое чтение — поход в Redis, и при короткой обработке эти походы и есть работа; "
+        "при 40 мс обработки (раздел 4) они тонут в ней. `COUNT` порядка `parallelism` — и пропускная способность, "
+        "и ограниченная работа в руках."
+    )
+
+
+EXERCISES: tuple[Exercise, ...] = (
+    Exercise(
+        id="06.1",
+        title="Кривая у обрыва",
+        needs=("fine_sweep", "fine_zero_from_ms", "fine_p99_ms"),
+        verify=_curve_checker("fine_sweep", "ex:fine:", (90, 110), _fine_lesson),
+        hint=(
+            "fine_sweep = min_idle_sweep(REDIS_URL, P + 'ex:fine:', [70, 90, 100, 110, 150], entries=40, "
+            "work_ms=40, jitter_ms=60); p99 — max(x.handler_p99_ms for x in fine_sweep); обрыв — идите от "
+            "большего min idle к меньшему, пока дублей 0."
+        ),
+    ),
+    Exercise(
+        id="06.2",
+        title="Без разброса",
+        needs=("flat_sweep", "flat_zero_from_ms", "flat_p99_ms"),
+        verify=_curve_checker("flat_sweep", "ex:flat:", (20, 40, 50, 60, 80), _flat_lesson),
+        hint=(
+            "flat_sweep = min_idle_sweep(REDIS_URL, P + 'ex:flat:', [20, 40, 50, 60, 80], entries=40, work_ms=40, "
+            "jitter_ms=0); обрыв и p99 — так же, как в задании 1."
+        ),
+    ),
+    Exercise(
+        id="06.3",
+        title="Пачка спасателя в одну запись",
+        needs=("race_one", "race_slow"),
+        verify=_verify_race,
+        hint=(
+            "race_one = rescuers_race(REDIS_URL, P + 'ex:race:1', rescuers=3, lease=False, count=1); race_slow — "
+            "то же на P + 'ex:race:slow' с entries=9, work_ms=150."
+        ),
+    ),
+    Exercise(
+        id="06.4",
+        title="COUNT 1",
+        needs=("count_one", "count_sixteen", "reads_per_entry"),
+        verify=_verify_count_one,
+        hint=(
+            "До и после каждого await pool_run(...) читайте int(r.info('commandstats')['cmdstat_xreadgroup']"
+            "['calls']); разница / 200 — чтений на запись."
+        ),
+    ),
+)
