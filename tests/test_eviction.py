@@ -36,3 +36,10 @@ def test_volatile_lru_spares_a_stream_without_ttl(tmp_path: Path) -> None:
     assert result.cache_error == "" and result.evicted_keys > 0  # the cache made room for itself
     assert result.stream_exists and result.pending_after == 5
     assert result.consumer_error == "" and result.producer_error == ""
+
+
+def test_an_lfu_policy_runs_too_though_redis_keeps_no_idle_time_under_it(tmp_path: Path) -> None:
+    # OBJECT IDLETIME is an error under an LFU policy: the experiment must not ask for it there.
+    result = run_eviction(tmp_path, "allkeys-lfu", max_keys=3000)
+    assert result.cache_error == "" and result.evicted_keys > 0
+    assert result.pending_before == 5
