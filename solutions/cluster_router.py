@@ -103,6 +103,7 @@ class ShardClient(aioredis.Redis):
         self.slot_map = slot_map
         slot_map.watched.add(slot)
         self.streak = Streak(log, f"slot {slot} ({name})")
+        self.failed_attempts = 0  # every attempt that failed and was retried or raised, ever (a reader compares)
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         """Any command, on the master of this client's slot (MOVED, ASK and failovers followed)."""
@@ -158,7 +159,9 @@ class ShardClient(aioredis.Redis):
                 self.streak.recovered()
                 return result
             self.streak.failed(error)
+            self.failed_attempts += 1
             if time.monotonic() >= deadline:
+                await self.slot_map.refresh()  # so that the caller's next command goes where the cluster says now
                 raise error
             redirects = 0
             await backoff.sleep()
