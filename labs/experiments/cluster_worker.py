@@ -1,0 +1,269 @@
+"""The sharded worker on a real cluster, measured: throughput against shards, a master's death, a live reshard.
+
+Each scenario runs :class:`~solutions.shard_worker.ShardedWorker` as asyncio tasks in this process
+(as notebook 09 does) with a SQLite ledger, and judges it from records the worker does not
+write: the writers' acknowledged XADDs (:mod:`labs.experiments.cluster_load`), the ledger, and
+XPENDING read from the cluster.
+
+- :func:`throughput`: N shards filled with events, one worker with a 5 ms handler and a fixed
+  number of handler slots per shard; charges per second from the ledger's first to last charge.
+- :func:`fault_under_load`: writers at a steady rate, the worker, then ``kill -9`` (or ``CLUSTER
+  FAILOVER``) of the master that serves shard 0; each shard's longest pause in charging, lost
+  and duplicated events, per-key order, XPENDING at the end.
+- :func:`reshard_under_load`: the same load while shard 0's slot moves to another master
+  (``CLUSTER SETSLOT`` + ``MIGRATE``, :mod:`labs.launcher.reshard`); a pending entry of a
+  crashed consumer travels with the stream and is rescued on the new master.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from labs.experiments.cluster_load import (
+    Charged,
+    ShardWriters,
+    Tally,
+    fill,
+    key_order_violations,
+    longest_gaps,
+    read_charges,
+    tally,
+)
+from labs.launcher.cluster import ClusterTopology
+from labs.launcher.reshard import move_slot
+from solutions.cluster_router import ClusterRouter
+from solutions.settings import Address, Settings
+from solutions.shard_worker import ShardedWorker
+from solutions.shards import ShardSet, ensure_shards, slot_of
+
+GROUP = "billing"
+DRAIN_TIMEOUT_S = 30.0
+Mark = Callable[[str], None]  # called with a label when the fault starts (a live chart draws a line)
+
+
+def worker_settings(startup: Sequence[Address], stream: str, shards: int, ledger: Path, **overrides: Any) -> Settings:
+    """The scenarios' worker: 5 ms handler, short BLOCK, rescuer after 1.5 s idle, sqlite dedupe."""
+    values: dict[str, Any] = {
+        "cluster": tuple(startup), "shards": shards, "stream": stream, "group": GROUP, "consumer": "w1",
+        "ledger": ledger, "handler_delay_ms": 5, "block_ms": 500, "min_idle_ms": 1500, "claim_interval_ms": 250,
+        "metrics_interval_s": 60.0, "drain_timeout_s": 10.0, "dedupe": "sqlite",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def startup_nodes(topology: ClusterTopology) -> list[Address]:
+    return [("127.0.0.1", port) for port in topology.addresses().ports]
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings) -> Any:
+    """A sharded worker as a task for the duration of the block, then drained."""
+    worker = ShardedWorker(settings)
+    task = asyncio.create_task(worker.run())
+    deadline = time.monotonic() + 15
+    while not worker.started.is_set() and not task.done() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    if task.done():
+        task.result()  # raises what stopped it
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(task, settings.drain_timeout_s + 10)
+
+
+async def wait_charged(ledger: Path, event_ids: set[str], timeout_s: float) -> list[Charged]:
+    """Poll the ledger until every event id in ``event_ids`` is charged (or the deadline); its rows."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        charges = read_charges(ledger)
+        if event_ids <= {c.event_id for c in charges} or time.monotonic() > deadline:
+            return charges
+        await asyncio.sleep(0.05)
+
+
+async def pending_counts(router: ClusterRouter, shards: ShardSet) -> list[int]:
+    """XPENDING's count on every shard."""
+    return [int((await router.client(n).xpending(n, GROUP))["pending"]) for n in shards.names]
+
+
+# -- throughput ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    shards: int
+    events: int
+    elapsed_s: float  # first charge to last charge
+
+    @property
+    def rate(self) -> float:
+        return (self.events - 1) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+async def throughput(
+    topology: ClusterTopology, *, stream: str, ledger_dir: Path, shard_counts: Sequence[int] = (1, 2, 3, 6),
+    per_shard: int = 600, handler_delay_ms: int = 5, parallelism: int = 4,
+) -> list[ThroughputPoint]:
+    """For each N: fill N shards with ``per_shard`` events, run the worker until all are charged."""
+    startup = startup_nodes(topology)
+    points = []
+    async with await ClusterRouter.connect(startup) as router:
+        for n in shard_counts:
+            name = f"{stream}{n}"
+            shards = await ensure_shards(router, name, n)
+            events = await fill(router, shards, per_shard)
+            ledger = ledger_dir / f"throughput-{n}.sqlite3"
+            settings = worker_settings(startup, name, n, ledger, handler_delay_ms=handler_delay_ms,
+                                       parallelism=parallelism, count=2 * parallelism)
+            async with running(settings):
+                deadline = time.monotonic() + 60
+                while len(charges := read_charges(ledger)) < events and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+            points.append(ThroughputPoint(n, len(charges), charges[-1].t - charges[0].t))
+            await _delete(router, shards)
+    return points
+
+
+async def _delete(router: ClusterRouter, shards: ShardSet) -> None:
+    for name in shards.names:
+        await router.client(name).delete(name, f"{name}:dlq", f"{name}:{GROUP}:rescuer")
+    registry = f"{shards.stream}:shards"
+    await router.client(registry).delete(registry)
+
+
+# -- a master's death, or a reshard, under load ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FaultRun:
+    """What a fault under load did to each shard, judged from the writers' record and the ledger."""
+
+    kind: str  # kill -9, CLUSTER FAILOVER or reshard
+    shards: tuple[str, ...]
+    hit: int  # the index of the shard whose master died or whose slot moved
+    old_master: int
+    new_master: int
+    fault_s: float  # from the fault until every node agreed on the new owner
+    gaps_s: tuple[float, ...]  # each shard's longest pause in charging, from just before the fault
+    tally: Tally
+    violations: int  # per-key order
+    pending_end: tuple[int, ...]
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def others_gap_s(self) -> float:
+        return max((g for i, g in enumerate(self.gaps_s) if i != self.hit), default=0.0)
+
+
+async def fault_under_load(
+    topology: ClusterTopology, *, stream: str, ledger: Path, shards: int = 3, rate: float = 300.0,
+    before_s: float = 1.5, after_s: float = 1.5, hard: bool = True, mark: Mark | None = None,
+) -> FaultRun:
+    """Writers and the worker, then the master of shard 0 dies (``hard``) or hands over (``CLUSTER FAILOVER``)."""
+
+    async def fault(router: ClusterRouter, shard_set: ShardSet) -> tuple[int, int, float, dict[str, Any]]:
+        port = _owner_port(router, shard_set.names[0])
+        if mark is not None:
+            mark("kill -9" if hard else "CLUSTER FAILOVER")
+        result = await asyncio.to_thread(topology.failover, hard=hard, master_port=port, restart_old=True)
+        return result.old_master[1], result.new_master[1], result.elapsed_s, {"ready_s": result.ready_s}
+
+    run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate, before_s=before_s,
+                            after_s=after_s, fault=fault)
+    return replace(run, kind="kill -9" if hard else "CLUSTER FAILOVER")
+
+
+async def reshard_under_load(
+    topology: ClusterTopology, *, stream: str, ledger: Path, shards: int = 3, rate: float = 200.0,
+    before_s: float = 1.0, after_s: float = 2.5, mark: Mark | None = None,
+) -> FaultRun:
+    """Writers and the worker while shard 0's slot moves to the next master, with a crashed consumer's entry."""
+
+    async def fault(router: ClusterRouter, shard_set: ShardSet) -> tuple[int, int, float, dict[str, Any]]:
+        name = shard_set.names[0]
+        client = router.client(name)
+        async with client.pipeline(transaction=True) as pipe:  # MULTI: the worker's blocked read cannot take it first
+            pipe.xadd(name, {"type": "order.paid", "order_id": "order-stuck", "amount": "1.00", "event_id": "stuck-0"})
+            pipe.xreadgroup(GROUP, "crashed", {name: ">"}, count=1_000)  # takes what is new, and never acks
+            stuck, _ = await pipe.execute()
+        before = await _pel_row(client, name, stuck)
+        source = _owner_port(router, name)
+        masters = sorted(port for (_, port) in router.masters())
+        target = masters[(masters.index(source) + 1) % len(masters)]
+        if mark is not None:
+            mark("reshard")
+        started = time.monotonic()
+        await asyncio.to_thread(move_slot, topology, slot_of(name), target)
+        elapsed_s = time.monotonic() - started
+        after = await _pel_row(client, name, stuck)
+        detail = {"stuck_id": _text(stuck), "pel_before": before, "pel_after": after, "extra_events": ("stuck-0",)}
+        return source, target, elapsed_s, detail
+
+    run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate, before_s=before_s,
+                            after_s=after_s, fault=fault)
+    return replace(run, kind="reshard")
+
+
+Fault = Callable[[ClusterRouter, ShardSet], Any]
+
+
+async def _under_load(
+    topology: ClusterTopology, *, stream: str, ledger: Path, shards: int, rate: float, before_s: float,
+    after_s: float, fault: Fault,
+) -> FaultRun:
+    startup = startup_nodes(topology)
+    async with await ClusterRouter.connect(startup) as router:
+        shard_set = await ensure_shards(router, stream, shards)
+        writers, stop = ShardWriters(router, shard_set, rate=rate), asyncio.Event()
+        async with running(worker_settings(startup, stream, shards, ledger)):
+            writing = asyncio.create_task(writers.run(stop))
+            await asyncio.sleep(before_s)
+            fault_at = time.time()
+            old, new, fault_s, detail = await fault(router, shard_set)
+            await asyncio.sleep(after_s)
+            stop.set()
+            sent = await writing
+            written_until = time.time()
+            confirmed = {s.event_id for s in sent} | set(detail.get("extra_events", ()))
+            charges = await wait_charged(ledger, confirmed, DRAIN_TIMEOUT_S)
+            await _wait_pending_zero(router, shard_set, DRAIN_TIMEOUT_S)
+        pending = await pending_counts(router, shard_set)
+    gaps = longest_gaps(charges, shards, since=fault_at - 0.2, until=min(written_until, charges[-1].t))
+    return FaultRun(
+        kind="", shards=shard_set.names, hit=0, old_master=old, new_master=new, fault_s=fault_s,
+        gaps_s=tuple(gaps), tally=tally(sent, charges), violations=key_order_violations(charges),
+        pending_end=tuple(pending), detail={**detail, "sent": len(sent), "writer_failures": writers.failures},
+    )
+
+
+async def _wait_pending_zero(router: ClusterRouter, shards: ShardSet, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sum(await pending_counts(router, shards)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+
+
+async def _pel_row(client: Any, name: str, msg_id: Any) -> dict[str, Any]:
+    rows = await client.xpending_range(name, GROUP, min=msg_id, max=msg_id, count=1)
+    if not rows:
+        return {}
+    row = rows[0]
+    return {"consumer": _text(row["consumer"]), "deliveries": int(row["times_delivered"])}
+
+
+def _owner_port(router: ClusterRouter, key: str) -> int:
+    addr = router.owner(key)
+    if addr is None:
+        raise RuntimeError(f"no master known for {key}")
+    return addr[1]
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
