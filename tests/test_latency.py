@@ -7,7 +7,13 @@ import math
 import pytest
 import redis
 
-from labs.experiments.latency import case_label, percentile, server_usec_per_call, xadd_latency
+from labs.experiments.latency import (
+    case_label,
+    maxlen_zero_lengths,
+    percentile,
+    server_usec_per_call,
+    xadd_latency,
+)
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -31,6 +37,18 @@ def test_redis_py_maxlen_zero_empties_the_stream(redis_client: redis.Redis, key_
         redis_client.xadd(stream, {"i": i})
     redis_client.xadd(stream, {"i": 5}, maxlen=0)  # go-redis: no limit; redis-py: MAXLEN ~ 0
     assert redis_client.xlen(stream) == 0
+
+
+def test_redis_py_maxlen_zero_trims_a_long_stream_by_ten_thousand_per_call(
+    redis_client: redis.Redis, key_prefix: str
+) -> None:
+    assert redis_client.config_get("stream-node-max-entries")["stream-node-max-entries"] == "100"
+    stream = f"{key_prefix}long"
+    # MAXLEN ~ 0: whole nodes only, and LIMIT's default of 100 x 100 entries per call
+    assert maxlen_zero_lengths(redis_client, stream, entries=25_000, calls=3, raw=False) == [25_000, 15_001, 5_002, 0]
+    # MAXLEN 0 (exact): empty at once, the new entry included
+    assert maxlen_zero_lengths(redis_client, stream, entries=25_000, calls=1, raw=True) == [25_000, 0]
+    assert redis_client.exists(stream) == 0
 
 
 def test_maxlen_zero_is_refused(redis_url: str, key_prefix: str) -> None:

@@ -33,6 +33,10 @@ from typing import Any
 import redis
 
 GROUP = "billing"
+# Redis counts an entry's idle time from its delivery to its XACK; the consumer sees the same
+# span from the XREADGROUP reply to the XACK reply (``held_max_ms``), give or take a round trip.
+# A min idle this much above the longest such span leaves nothing for the rescuer to take.
+IDLE_MARGIN_MS = 20
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class ClaimRun:
     pending_left: int
     handler_p50_ms: float
     handler_p99_ms: float
+    held_max_ms: float  # the longest time an entry was in hand: from the read to its XACK
     elapsed_s: float
 
     def as_dict(self) -> dict[str, float]:
@@ -112,6 +117,7 @@ def double_processing_run(
             pending_left=int(client.xpending(stream, GROUP)["pending"]),
             handler_p50_ms=percentile(run.handled_ms, 50),
             handler_p99_ms=percentile(run.handled_ms, 99),
+            held_max_ms=max(run.held_ms, default=0.0),
             elapsed_s=elapsed_s,
         )
 
@@ -128,6 +134,7 @@ class _Run:
         self.processings: list[str] = []
         self.lost_acks: list[str] = []
         self.handled_ms: list[float] = []
+        self.held_ms: list[float] = []
 
     def consume(self, durations_ms: list[float], parallelism: int, timeout_s: float) -> None:
         """``XREADGROUP`` every entry at once, handle them with ``parallelism`` threads, ``XACK`` each."""
@@ -148,7 +155,9 @@ class _Run:
         time.sleep(duration_ms / 1000)  # the work
         self.processings.append(msg_id)
         self.handled_ms.append((time.monotonic() - started) * 1000)
-        if client.xack(self.stream, GROUP, msg_id) == 0:
+        acked = client.xack(self.stream, GROUP, msg_id)
+        self.held_ms.append((time.monotonic() - read_at) * 1000)  # waiting for a thread, the work, the XACK
+        if acked == 0:
             self.lost_acks.append(msg_id)
 
     def rescue(self) -> None:

@@ -7,9 +7,13 @@ percentiles mostly measure the network stack and the client library. The server'
 command's own cost, so both are reported side by side.
 
 A trap when porting the course's Go code: go-redis treats ``MaxLen: 0`` as "no limit",
-but redis-py sends ``MAXLEN 0`` for ``maxlen=0`` and the stream is trimmed to nothing.
-"No limit" in redis-py is ``maxlen=None`` (no ``MAXLEN`` argument at all), and
-:func:`xadd_latency` refuses ``maxlen=0`` for that reason.
+but redis-py sends ``maxlen=0`` to the server, as ``MAXLEN ~ 0`` (``approximate=True`` is
+its default). Approximate trimming removes whole radix-tree nodes and at most ``LIMIT``
+entries per call (by default 100 x ``stream-node-max-entries``, 10,000), so each such XADD
+cuts a long stream by about 10,000 entries until it is empty (25,000 -> 15,001 -> 5,002 -> 0,
+:func:`maxlen_zero_lengths`); a raw ``MAXLEN 0`` (exact) empties it at once. "No limit" in
+redis-py is ``maxlen=None`` (no ``MAXLEN`` argument at all), and :func:`xadd_latency`
+refuses ``maxlen=0`` for that reason.
 """
 
 from __future__ import annotations
@@ -92,7 +96,10 @@ def xadd_latency(
     server's statistics for everyone).
     """
     if maxlen == 0:
-        raise ValueError("maxlen=0 sends MAXLEN 0 and trims the stream to nothing; pass None for no limit")
+        raise ValueError(
+            "maxlen=0 sends MAXLEN ~ 0, which trims the stream towards nothing (up to 10,000 entries "
+            "per XADD); pass None for no limit"
+        )
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     samples_ns: list[int] = []
@@ -120,6 +127,29 @@ def xadd_latency(
     )
     log.info("XADD %s: %s", case_label(maxlen, approximate), stats)
     return stats
+
+
+def maxlen_zero_lengths(client: redis.Redis, stream: str, *, entries: int, calls: int, raw: bool) -> list[int]:
+    """Fill ``stream`` (deleted first) with ``entries`` entries, then XADD with a zero limit ``calls`` times.
+
+    Returns ``XLEN`` after the fill and after each call. ``raw=False`` is redis-py's
+    ``xadd(..., maxlen=0)``, that is ``XADD ... MAXLEN ~ 0``: whole nodes only, at most
+    10,000 entries (``LIMIT``'s default) per call. ``raw=True`` sends ``XADD ... MAXLEN 0``
+    (exact, no limit on the work) through ``execute_command``. The stream is deleted afterwards.
+    """
+    client.delete(stream)
+    try:
+        _prefill(client, stream, entries)
+        lengths = [int(client.xlen(stream))]
+        for _ in range(calls):
+            if raw:
+                client.execute_command("XADD", stream, "MAXLEN", "0", "*", "i", "x")  # type: ignore[no-untyped-call]
+            else:
+                client.xadd(stream, {"i": "x"}, maxlen=0)  # reads as "no limit" to a Go programmer
+            lengths.append(int(client.xlen(stream)))
+        return lengths
+    finally:
+        client.delete(stream)
 
 
 LAB_CASES: tuple[tuple[int | None, bool], ...] = ((None, False), (10_000, True), (10_000, False))

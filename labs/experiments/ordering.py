@@ -9,6 +9,10 @@ goroutine``). A handling takes a seeded random time, then appends the sequence n
 a Redis list per key and acks. A violation is an event applied after a later event of
 the same key.
 
+:func:`delivery_order` shows where the order comes from and where it goes: a group hands
+its entries out strictly by ID, across its consumers, and a redelivery (``XAUTOCLAIM``)
+hands an old entry out after newer ones.
+
 Tests in ``tests/test_ordering.py``.
 """
 
@@ -22,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 
 GROUP = "billing"
@@ -36,6 +41,27 @@ class OrderingRun:
     violations: int
     keys_out_of_order: int
     elapsed_s: float
+
+
+def delivery_order(client: redis.Redis, stream: str) -> tuple[list[str], list[str]]:
+    """Five entries, read by ``a`` and ``b`` in turns (``COUNT 1``); then ``a``'s first entry is reclaimed.
+
+    Returns the stream's ids and the ids in the order the group handed them out: four reads,
+    then the rescuer's ``XAUTOCLAIM`` (``a`` died holding its first entry), then one more read.
+    """
+    client.delete(stream)
+    client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    ids = [str(client.xadd(stream, {"n": str(i)})) for i in range(5)]
+    handed_out: list[str] = []
+    for consumer in ("a", "b", "a", "b"):
+        reply: Any = client.xreadgroup(GROUP, consumer, {stream: ">"}, count=1)
+        handed_out.append(str(reply[0][1][0][0]))
+    claimed: Any = client.xautoclaim(stream, GROUP, "rescuer", min_idle_time=0, start_id="0-0", count=1)
+    handed_out.append(str(claimed[1][0][0]))
+    reply = client.xreadgroup(GROUP, "b", {stream: ">"}, count=1)
+    handed_out.append(str(reply[0][1][0][0]))
+    client.delete(stream)
+    return ids, handed_out
 
 
 def violations(applied: list[int]) -> int:

@@ -1,0 +1,213 @@
+"""The graceful failover window: how long the old master keeps acknowledging writes, per client.
+
+``SENTINEL FAILOVER`` (what ``make failover`` sends) promotes the replica with ``REPLICAOF NO
+ONE`` while the old master keeps running as a master. Sentinel announces the new master
+(``+switch-master`` on its Pub/Sub) about a second later, but it reconfigures the old master
+(``+convert-to-slave``: ``REPLICAOF`` plus ``CLIENT KILL TYPE normal``) only once that server
+has reported itself a master for more than 8 s (``SENTINEL_PUBLISH_PERIOD * 4`` in
+``sentinel.c``), checked on its INFO refresh, which comes every 10 s for a replica: about
+10 s after the switch. Every write the old master acknowledges meanwhile is lost when it
+resyncs from the new master.
+
+How much a client writes into that window depends on the client, not on Redis:
+
+- ``plain``: ``Sentinel(...).master_for(...)`` as redis-py gives it. It asks Sentinel for the
+  address only when it opens a connection, so its open connection stays on the old master
+  until Sentinel's ``CLIENT KILL`` (or a ``READONLY`` reply) breaks it;
+- ``watched``: the same client plus :class:`solutions.failover_watch.FailoverWatch`, which
+  drops the pool's connections on ``+switch-master``, so the next command reconnects through
+  Sentinel to the new master.
+
+:func:`graceful_window` runs both side by side, each sending one ``XADD`` every
+``interval_ms`` to a stream of its own, and counts against the writers' own records the
+acknowledged writes that the new master lacks: the ones the old master took in the window.
+Tests in ``tests/test_failover_window.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.sentinel import Sentinel
+
+from labs.launcher.errors import LauncherError
+from labs.launcher.sentinel import MASTER_NAME, ask_failover
+from labs.launcher.topology import Address, Topology
+from solutions.failover_watch import FailoverWatch
+
+log = logging.getLogger(__name__)
+
+EVENTS = ("+promoted-slave", "+switch-master", "+convert-to-slave")
+SENTINEL_RECONFIG_WAIT_S = 8.0  # sentinel.c: a "replica" reporting role master is fixed after > 4 x 2 s
+SOCKET_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class WriterRun:
+    """One client's writes: acknowledged ids and errors, with times in s from the failover request."""
+
+    name: str
+    acknowledged: tuple[tuple[float, str], ...]
+    errors: tuple[tuple[float, str], ...]
+    lost_at: tuple[float, ...] = ()  # ack times of the acknowledged ids the new master lacks
+
+    @property
+    def lost(self) -> int:
+        return len(self.lost_at)
+
+    @property
+    def window_s(self) -> float:
+        """From the failover request to the last write the old master acknowledged and lost."""
+        return max(self.lost_at, default=0.0)
+
+
+@dataclass(frozen=True)
+class GracefulWindow:
+    """A ``SENTINEL FAILOVER`` with two clients writing through it."""
+
+    old_master: Address
+    new_master: Address
+    events: dict[str, float]  # first sight of each Sentinel event, s from the failover request
+    demoted_s: float  # when the old master first reported role:slave (polled)
+    plain: WriterRun
+    watched: WriterRun
+    interval_ms: int = field(default=50)
+
+    @property
+    def switch_s(self) -> float:
+        return self.events["+switch-master"]
+
+
+def plain_client(sentinels: tuple[Address, ...]) -> aioredis.Redis:
+    """``Sentinel(...).master_for(MASTER_NAME)``: redis-py's client of the master, nothing added."""
+    sentinel = Sentinel(list(sentinels), socket_timeout=SOCKET_TIMEOUT_S)  # type: ignore[no-untyped-call]
+    client: aioredis.Redis = sentinel.master_for(MASTER_NAME, socket_timeout=SOCKET_TIMEOUT_S)
+    return client
+
+
+@dataclass
+class _Writer:
+    """One ``XADD`` per tick to a stream of its own; the acknowledged ids and the errors, timed."""
+
+    name: str
+    client: aioredis.Redis
+    stream: str
+    acks: list[tuple[float, str]] = field(default_factory=list)
+    errors: list[tuple[float, str]] = field(default_factory=list)
+
+    async def run(self, interval_ms: int, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            tick = time.monotonic()
+            try:
+                reply = await self.client.xadd(self.stream, {"t": f"{tick:.3f}"})
+                self.acks.append((tick, reply.decode() if isinstance(reply, bytes) else str(reply)))
+            except redis.RedisError as exc:  # counted, and the next tick tries again
+                self.errors.append((tick, type(exc).__name__))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, interval_ms / 1000 - (time.monotonic() - tick)))
+
+    def result(self, kept: set[str], started: float) -> WriterRun:
+        """Times from ``started``; ``lost_at``: acknowledged after ``started`` and not in ``kept``."""
+        return WriterRun(
+            self.name,
+            tuple((t - started, msg_id) for t, msg_id in self.acks),
+            tuple((t - started, error) for t, error in self.errors),
+            tuple(t - started for t, msg_id in self.acks if t >= started and msg_id not in kept),
+        )
+
+
+async def _listen_events(sentinels: tuple[Address, ...], seen: dict[str, float]) -> None:
+    """First sight of each of :data:`EVENTS` on any sentinel's Pub/Sub."""
+
+    async def one(address: Address) -> None:
+        client = aioredis.Redis(host=address[0], port=address[1])
+        try:
+            async with client.pubsub() as pubsub:
+                await pubsub.subscribe(*EVENTS)
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        seen.setdefault(message["channel"].decode(), time.monotonic())
+        finally:
+            await client.aclose()
+
+    await asyncio.gather(*(one(address) for address in sentinels))
+
+
+async def _poll(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> float:
+    """Await ``check`` every 20 ms until true; the monotonic time it became true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await check():
+            return time.monotonic()
+        await asyncio.sleep(0.02)
+    raise LauncherError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+async def graceful_window(
+    topology: Topology, *, prefix: str, interval_ms: int = 50, timeout_s: float = 30.0
+) -> GracefulWindow:
+    """``SENTINEL FAILOVER`` on a ready ``sentinel`` topology while both clients write; count the window.
+
+    Returns once the old master is a replica again and both clients have written to the new
+    master after that. The topology stays up with the roles swapped.
+    """
+    sentinels = tuple(("127.0.0.1", proc.port) for proc in topology.sentinels)
+    old = topology.master_addr()
+    writers = [_Writer(name, plain_client(sentinels), f"{prefix}{name}") for name in ("plain", "watched")]
+    watch = FailoverWatch(writers[1].client, sentinels, MASTER_NAME)
+    old_probe = aioredis.Redis(host=old[0], port=old[1], socket_timeout=SOCKET_TIMEOUT_S)
+    stop, seen = asyncio.Event(), dict[str, float]()
+    background = [asyncio.create_task(_listen_events(sentinels, seen)), asyncio.create_task(watch.run())]
+    writing = [asyncio.create_task(w.run(interval_ms, stop)) for w in writers]
+    try:
+        await _poll(lambda: _started(watch, writers, len(sentinels)), 10, "the writers and the watch to start")
+        started = time.monotonic()
+        await asyncio.to_thread(ask_failover, topology.sentinels, started + 10)
+        demoted = await _poll(lambda: _role_is(old_probe, "slave"), timeout_s, "Sentinel to demote the old master")
+        counts = [len(w.acks) for w in writers]
+        await _poll(lambda: _wrote_since(writers, counts), 10, "both clients to write after the demotion")
+    finally:
+        stop.set()
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, *writing, return_exceptions=True)
+        for client in (*(w.client for w in writers), old_probe):
+            await client.aclose()
+    new = topology.master_addr()
+    with contextlib.closing(topology.server(new[1]).client()) as on_new:
+        plain, watched = (w.result(_ids(on_new, w.stream), started) for w in writers)
+    window = GracefulWindow(
+        old, new, {k: v - started for k, v in seen.items()}, demoted - started, plain, watched, interval_ms
+    )
+    log.info("graceful failover %s -> %s: %s", old, new, window)
+    return window
+
+
+def _ids(client: redis.Redis, stream: str) -> set[str]:
+    """Every id the stream holds (``XRANGE - +``; the writers' streams are a few hundred entries)."""
+    entries: Any = client.xrange(stream)
+    return {msg_id.decode() if isinstance(msg_id, bytes) else str(msg_id) for msg_id, _ in entries}
+
+
+async def _started(watch: FailoverWatch, writers: list[_Writer], n_sentinels: int) -> bool:
+    return watch.subscribed == n_sentinels and all(len(w.acks) >= 3 for w in writers)
+
+
+async def _role_is(client: aioredis.Redis, role: str) -> bool:
+    try:
+        info = await client.info("replication")
+    except redis.RedisError:
+        return False
+    return bool(info.get("role") == role)
+
+
+async def _wrote_since(writers: list[_Writer], counts: list[int]) -> bool:
+    return all(len(w.acks) > n + 2 for w, n in zip(writers, counts, strict=True))
