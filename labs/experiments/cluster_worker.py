@@ -13,6 +13,8 @@ XPENDING read from the cluster.
 - :func:`reshard_under_load`: the same load while shard 0's slot moves to another master
   (``CLUSTER SETSLOT`` + ``MIGRATE``, :mod:`labs.launcher.reshard`); a pending entry of a
   crashed consumer travels with the stream and is rescued on the new master.
+- :func:`resplit`: what changing the number of shards does to one order: its next event goes
+  to another shard, which is handled before the old shard's backlog.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from labs.experiments.cluster_faults import set_full_coverage
 from labs.experiments.cluster_load import (
     Charged,
     ShardWriters,
     Tally,
+    event,
     fill,
     key_order_violations,
     longest_gaps,
@@ -40,7 +44,7 @@ from labs.launcher.reshard import move_slot
 from solutions.cluster_router import ClusterRouter
 from solutions.settings import Address, Settings
 from solutions.shard_worker import ShardedWorker
-from solutions.shards import ShardSet, ensure_shards, slot_of
+from solutions.shards import ShardSet, ensure_shards, shard_of, slot_of
 
 GROUP = "billing"
 DRAIN_TIMEOUT_S = 30.0
@@ -166,8 +170,13 @@ class FaultRun:
 async def fault_under_load(
     topology: ClusterTopology, *, stream: str, ledger: Path, shards: int = 3, rate: float = 300.0,
     before_s: float = 1.5, after_s: float = 1.5, hard: bool = True, mark: Mark | None = None,
+    full_coverage: bool = False,
 ) -> FaultRun:
-    """Writers and the worker, then the master of shard 0 dies (``hard``) or hands over (``CLUSTER FAILOVER``)."""
+    """Writers and the worker, then the master of shard 0 dies (``hard``) or hands over (``CLUSTER FAILOVER``).
+
+    ``full_coverage`` sets ``cluster-require-full-coverage yes`` on every node for the run (the
+    Redis default; the lab topology runs with ``no``) and sets it back to ``no`` afterwards.
+    """
 
     async def fault(router: ClusterRouter, shard_set: ShardSet) -> tuple[int, int, float, dict[str, Any]]:
         port = _owner_port(router, shard_set.names[0])
@@ -176,9 +185,14 @@ async def fault_under_load(
         result = await asyncio.to_thread(topology.failover, hard=hard, master_port=port, restart_old=True)
         return result.old_master[1], result.new_master[1], result.elapsed_s, {"ready_s": result.ready_s}
 
-    run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate, before_s=before_s,
-                            after_s=after_s, fault=fault)
-    return replace(run, kind="kill -9" if hard else "CLUSTER FAILOVER")
+    set_full_coverage(topology, full_coverage)
+    try:
+        run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate,
+                                before_s=before_s, after_s=after_s, fault=fault)
+    finally:
+        set_full_coverage(topology, False)
+    return replace(run, kind="kill -9" if hard else "CLUSTER FAILOVER", detail={**run.detail,
+                                                                                 "full_coverage": full_coverage})
 
 
 async def reshard_under_load(
@@ -267,3 +281,47 @@ def _owner_port(router: ClusterRouter, key: str) -> int:
 
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+# -- changing the number of shards ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resplit:
+    """One order's two events around a change from ``n`` to ``n + 1`` shards, and how many orders move."""
+
+    order_id: str
+    old_shard: str  # where shard_of(order_id, n) put its first event, behind a backlog
+    new_shard: str  # where shard_of(order_id, n + 1) puts its second one
+    charged: tuple[str, ...]  # the order's event ids in the order they were charged
+    violations: int
+    moved_share: float  # of 1000 order ids, the share whose shard changes from n to n + 1
+
+
+def moved_share(n: int, orders: int = 1000) -> float:
+    """The share of ``orders`` order ids whose shard changes when ``n`` shards become ``n + 1``."""
+    ids = [f"order-{i}" for i in range(orders)]
+    return sum(shard_of(o, n) != shard_of(o, n + 1) for o in ids) / orders
+
+
+async def resplit(topology: ClusterTopology, *, stream: str, ledger: Path, n: int = 3, backlog: int = 400) -> Resplit:
+    """Event 1 of an order waits behind ``backlog`` events in its shard under ``n`` shards; event 2 goes
+    where ``n + 1`` shards route it; one worker reads every shard. Tags do not depend on N
+    (:func:`~solutions.shards.plan_tags`), so the first ``n`` of ``n + 1`` shards are the old set."""
+    startup = startup_nodes(topology)
+    async with await ClusterRouter.connect(startup) as router:
+        shards = await ensure_shards(router, stream, n + 1)
+        order_id = next(o for i in range(1000) if shard_of(o := f"order-x{i}", n) != shard_of(o, n + 1))
+        old, new = shards.names[shard_of(order_id, n)], shards.names[shard_of(order_id, n + 1)]
+        async with router.client(old).pipeline(transaction=False) as pipe:
+            for k in range(backlog):
+                pipe.xadd(old, event(f"order-b{k}", f"b-{k}"))  # type: ignore[arg-type]
+            pipe.xadd(old, event(order_id, "x-1"))  # type: ignore[arg-type]
+            await pipe.execute()
+        await router.client(new).xadd(new, event(order_id, "x-2"))  # type: ignore[arg-type]
+        settings = worker_settings(startup, stream, n + 1, ledger, parallelism=4)
+        async with running(settings):
+            charges = await wait_charged(ledger, {"x-1", "x-2"}, 30)
+        await _delete(router, shards)
+    mine = [c for c in charges if c.order_id == order_id]
+    return Resplit(order_id, old, new, tuple(c.event_id for c in mine), key_order_violations(mine), moved_share(n))
