@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -55,6 +56,16 @@ class Charged:
     order_id: str
     msg_id: str
     t: float  # charged_at
+
+
+def master_layout(cluster: Any) -> list[list[tuple[int, int]]]:
+    """Each master's slot ranges from a ``RedisCluster``'s ``CLUSTER SLOTS``, masters in slot order
+    (what :func:`~solutions.shards.plan_tags` takes)."""
+    ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for (lo, hi), info in sorted(cluster.cluster_slots().items()):
+        host, port = info["primary"]
+        ranges.setdefault((str(host), int(port)), []).append((int(lo), int(hi)))
+    return sorted(ranges.values(), key=lambda r: r[0])
 
 
 def seq_of(event_id: str) -> int:

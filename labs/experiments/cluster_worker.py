@@ -1,20 +1,19 @@
-"""The sharded worker on a real cluster, measured: throughput against shards, a master's death, a live reshard.
+"""The sharded worker on a real cluster under load: a master's death, a live reshard, per-key order.
 
 Each scenario runs :class:`~solutions.shard_worker.ShardedWorker` as asyncio tasks in this process
 (as notebook 09 does) with a SQLite ledger, and judges it from records the worker does not
 write: the writers' acknowledged XADDs (:mod:`labs.experiments.cluster_load`), the ledger, and
 XPENDING read from the cluster.
 
-- :func:`throughput`: N shards filled with events, one worker with a 5 ms handler and a fixed
-  number of handler slots per shard; charges per second from the ledger's first to last charge.
 - :func:`fault_under_load`: writers at a steady rate, the worker, then ``kill -9`` (or ``CLUSTER
   FAILOVER``) of the master that serves shard 0; each shard's longest pause in charging, lost
   and duplicated events, per-key order, XPENDING at the end.
 - :func:`reshard_under_load`: the same load while shard 0's slot moves to another master
   (``CLUSTER SETSLOT`` + ``MIGRATE``, :mod:`labs.launcher.reshard`); a pending entry of a
   crashed consumer travels with the stream and is rescued on the new master.
-- :func:`resplit`: what changing the number of shards does to one order: its next event goes
-  to another shard, which is handled before the old shard's backlog.
+- :func:`steady_load`: the same load with no fault: per-key order holds, the global order does not.
+
+Throughput against the number of shards, and a change of N: :mod:`labs.experiments.cluster_scaling`.
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ from labs.experiments.cluster_load import (
     Charged,
     ShardWriters,
     Tally,
-    event,
-    fill,
+    global_inversions,
     key_order_violations,
     longest_gaps,
     read_charges,
@@ -96,51 +94,6 @@ async def wait_charged(ledger: Path, event_ids: set[str], timeout_s: float) -> l
 async def pending_counts(router: ClusterRouter, shards: ShardSet) -> list[int]:
     """XPENDING's count on every shard."""
     return [int((await router.client(n).xpending(n, GROUP))["pending"]) for n in shards.names]
-
-
-# -- throughput ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ThroughputPoint:
-    shards: int
-    events: int
-    elapsed_s: float  # first charge to last charge
-
-    @property
-    def rate(self) -> float:
-        return (self.events - 1) / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-
-async def throughput(
-    topology: ClusterTopology, *, stream: str, ledger_dir: Path, shard_counts: Sequence[int] = (1, 2, 3, 6),
-    per_shard: int = 600, handler_delay_ms: int = 5, parallelism: int = 4,
-) -> list[ThroughputPoint]:
-    """For each N: fill N shards with ``per_shard`` events, run the worker until all are charged."""
-    startup = startup_nodes(topology)
-    points = []
-    async with await ClusterRouter.connect(startup) as router:
-        for n in shard_counts:
-            name = f"{stream}{n}"
-            shards = await ensure_shards(router, name, n)
-            events = await fill(router, shards, per_shard)
-            ledger = ledger_dir / f"throughput-{n}.sqlite3"
-            settings = worker_settings(startup, name, n, ledger, handler_delay_ms=handler_delay_ms,
-                                       parallelism=parallelism, count=2 * parallelism)
-            async with running(settings):
-                deadline = time.monotonic() + 60
-                while len(charges := read_charges(ledger)) < events and time.monotonic() < deadline:
-                    await asyncio.sleep(0.05)
-            points.append(ThroughputPoint(n, len(charges), charges[-1].t - charges[0].t))
-            await _delete(router, shards)
-    return points
-
-
-async def _delete(router: ClusterRouter, shards: ShardSet) -> None:
-    for name in shards.names:
-        await router.client(name).delete(name, f"{name}:dlq", f"{name}:{GROUP}:rescuer")
-    registry = f"{shards.stream}:shards"
-    await router.client(registry).delete(registry)
 
 
 # -- a master's death, or a reshard, under load ------------------------------------------------
@@ -231,17 +184,17 @@ Fault = Callable[[ClusterRouter, ShardSet], Any]
 
 async def _under_load(
     topology: ClusterTopology, *, stream: str, ledger: Path, shards: int, rate: float, before_s: float,
-    after_s: float, fault: Fault,
+    after_s: float, fault: Fault | None, **worker: Any,
 ) -> FaultRun:
     startup = startup_nodes(topology)
     async with await ClusterRouter.connect(startup) as router:
         shard_set = await ensure_shards(router, stream, shards)
         writers, stop = ShardWriters(router, shard_set, rate=rate), asyncio.Event()
-        async with running(worker_settings(startup, stream, shards, ledger)):
+        async with running(worker_settings(startup, stream, shards, ledger, **worker)):
             writing = asyncio.create_task(writers.run(stop))
             await asyncio.sleep(before_s)
             fault_at = time.time()
-            old, new, fault_s, detail = await fault(router, shard_set)
+            old, new, fault_s, detail = await fault(router, shard_set) if fault else (0, 0, 0.0, {})
             await asyncio.sleep(after_s)
             stop.set()
             sent = await writing
@@ -254,8 +207,27 @@ async def _under_load(
     return FaultRun(
         kind="", shards=shard_set.names, hit=0, old_master=old, new_master=new, fault_s=fault_s,
         gaps_s=tuple(gaps), tally=tally(sent, charges), violations=key_order_violations(charges),
-        pending_end=tuple(pending), detail={**detail, "sent": len(sent), "writer_failures": writers.failures},
+        pending_end=tuple(pending),
+        detail={**detail, "sent": len(sent), "writer_failures": writers.failures,
+                "global_inversions": global_inversions(charges), "charged_per_shard": _per_shard(charges, shards)},
     )
+
+
+async def steady_load(
+    topology: ClusterTopology, *, stream: str, ledger: Path, shards: int = 3, rate: float = 400.0,
+    seconds: float = 2.0, parallelism: int = 8, handler_jitter_ms: int = 5,
+) -> FaultRun:
+    """Writers and the worker with no fault: per-key order and the global order of the charges."""
+    run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate, before_s=seconds,
+                            after_s=0.0, fault=None, parallelism=parallelism, handler_jitter_ms=handler_jitter_ms)
+    return replace(run, kind="none")
+
+
+def _per_shard(charges: Sequence[Charged], shards: int) -> tuple[int, ...]:
+    counts = [0] * shards
+    for charge in charges:
+        counts[shard_of(charge.order_id, shards)] += 1
+    return tuple(counts)
 
 
 async def _wait_pending_zero(router: ClusterRouter, shards: ShardSet, timeout_s: float) -> None:
@@ -282,46 +254,3 @@ def _owner_port(router: ClusterRouter, key: str) -> int:
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
-
-# -- changing the number of shards ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Resplit:
-    """One order's two events around a change from ``n`` to ``n + 1`` shards, and how many orders move."""
-
-    order_id: str
-    old_shard: str  # where shard_of(order_id, n) put its first event, behind a backlog
-    new_shard: str  # where shard_of(order_id, n + 1) puts its second one
-    charged: tuple[str, ...]  # the order's event ids in the order they were charged
-    violations: int
-    moved_share: float  # of 1000 order ids, the share whose shard changes from n to n + 1
-
-
-def moved_share(n: int, orders: int = 1000) -> float:
-    """The share of ``orders`` order ids whose shard changes when ``n`` shards become ``n + 1``."""
-    ids = [f"order-{i}" for i in range(orders)]
-    return sum(shard_of(o, n) != shard_of(o, n + 1) for o in ids) / orders
-
-
-async def resplit(topology: ClusterTopology, *, stream: str, ledger: Path, n: int = 3, backlog: int = 400) -> Resplit:
-    """Event 1 of an order waits behind ``backlog`` events in its shard under ``n`` shards; event 2 goes
-    where ``n + 1`` shards route it; one worker reads every shard. Tags do not depend on N
-    (:func:`~solutions.shards.plan_tags`), so the first ``n`` of ``n + 1`` shards are the old set."""
-    startup = startup_nodes(topology)
-    async with await ClusterRouter.connect(startup) as router:
-        shards = await ensure_shards(router, stream, n + 1)
-        order_id = next(o for i in range(1000) if shard_of(o := f"order-x{i}", n) != shard_of(o, n + 1))
-        old, new = shards.names[shard_of(order_id, n)], shards.names[shard_of(order_id, n + 1)]
-        async with router.client(old).pipeline(transaction=False) as pipe:
-            for k in range(backlog):
-                pipe.xadd(old, event(f"order-b{k}", f"b-{k}"))  # type: ignore[arg-type]
-            pipe.xadd(old, event(order_id, "x-1"))  # type: ignore[arg-type]
-            await pipe.execute()
-        await router.client(new).xadd(new, event(order_id, "x-2"))  # type: ignore[arg-type]
-        settings = worker_settings(startup, stream, n + 1, ledger, parallelism=4)
-        async with running(settings):
-            charges = await wait_charged(ledger, {"x-1", "x-2"}, 30)
-        await _delete(router, shards)
-    mine = [c for c in charges if c.order_id == order_id]
-    return Resplit(order_id, old, new, tuple(c.event_id for c in mine), key_order_violations(mine), moved_share(n))
