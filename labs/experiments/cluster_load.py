@@ -173,13 +173,21 @@ def global_inversions(charges: Sequence[Charged]) -> int:
     return sum(1 for a, b in itertools.pairwise(charges) if seq_of(b.event_id) < seq_of(a.event_id))
 
 
-def longest_gaps(charges: Iterable[Charged], n_shards: int, *, since: float, until: float) -> list[float]:
-    """Each shard's longest pause between two charges in ``[since, until]`` (the window's ends count as charges)."""
+def longest_gaps(
+    charges: Iterable[Charged], n_shards: int, *, since: float, until: float | Sequence[float]
+) -> list[float]:
+    """Each shard's longest pause between two charges in ``[since, until]`` (the window's ends count as charges).
+
+    ``until`` may be one time or one per shard: a shard whose writer stopped earlier (its last
+    event was sent earlier) must not count the quiet after that as a pause.
+    """
+    ends = [until] * n_shards if isinstance(until, int | float) else list(until)
     times: list[list[float]] = [[since] for _ in range(n_shards)]
     for charge in charges:
-        if since <= charge.t <= until:
-            times[shard_of(charge.order_id, n_shards)].append(charge.t)
-    return [max(b - a for a, b in itertools.pairwise([*ts, until])) for ts in times]
+        shard = shard_of(charge.order_id, n_shards)
+        if since <= charge.t <= ends[shard]:
+            times[shard].append(charge.t)
+    return [max(b - a for a, b in itertools.pairwise([*ts, end])) for ts, end in zip(times, ends, strict=True)]
 
 
 @dataclass(frozen=True)

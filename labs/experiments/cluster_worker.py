@@ -198,12 +198,12 @@ async def _under_load(
             await asyncio.sleep(after_s)
             stop.set()
             sent = await writing
-            written_until = time.time()
             confirmed = {s.event_id for s in sent} | set(detail.get("extra_events", ()))
             charges = await wait_charged(ledger, confirmed, DRAIN_TIMEOUT_S)
             await _wait_pending_zero(router, shard_set, DRAIN_TIMEOUT_S)
         pending = await pending_counts(router, shard_set)
-    gaps = longest_gaps(charges, shards, since=fault_at - 0.2, until=min(written_until, charges[-1].t))
+    last_sent = [max((x.t for x in sent if x.shard == i), default=fault_at) for i in range(shards)]
+    gaps = longest_gaps(charges, shards, since=fault_at - 0.2, until=last_sent)
     return FaultRun(
         kind="", shards=shard_set.names, hit=0, old_master=old, new_master=new, fault_s=fault_s,
         gaps_s=tuple(gaps), tally=tally(sent, charges), violations=key_order_violations(charges),
