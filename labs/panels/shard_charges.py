@@ -79,6 +79,8 @@ class ShardChargesPanel(MonitorThread[ShardSample]):
         self.figure: Any = figure_widget(self._layout())
         self.label = widgets.HTML(value=status_html(title, "ещё не запущена", font_px=FONT_SIZE + 1))
         self.widget = widgets.VBox([self.label, self.figure], layout=widgets.Layout(width="100%"))
+        self.widget.add_class("shard-charges")  # for the browser check and a stylesheet
+        self.label.add_class("shard-charges-status")
 
     def mark(self, label: str) -> float:
         """Draw a vertical line now, labelled (a fault); returns its time in seconds since start."""

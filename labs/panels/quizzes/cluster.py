@@ -99,7 +99,9 @@ def _kill_no(facts: ClusterFacts) -> Check:
 
 
 def _kill_yes(facts: ClusterFacts) -> Check:
-    return lambda c, key: 2 if facts.others_gap_yes_s >= PROMOTION_STALL_S / 2 > facts.others_gap_no_s else 1
+    return lambda c, key: (
+        2 if facts.others_gap_yes_s >= PROMOTION_STALL_S / 2 and facts.others_gap_yes_s > facts.others_gap_no_s else 0
+    )
 
 
 def _tail(facts: ClusterFacts) -> Check:
