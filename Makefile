@@ -100,7 +100,7 @@ lint: setup ## ruff and mypy
 	@$(VENV)/bin/mypy
 
 test: lint ## the whole suite: ruff, mypy, pytest and every notebook under nbval
-	@$(VENV)/bin/pytest -p no:cacheprovider --durations=10 tests $(NOTEBOOKS) \
+	@$(VENV)/bin/pytest -p no:cacheprovider -rs --durations=10 tests $(NOTEBOOKS) \
 		$(if $(NOTEBOOKS),--nbval-lax --nbval-current-env --nbval-cell-timeout=120) $(PYTEST_ARGS)
 
 clean: ## stop everything and remove .venv, .run and reports

@@ -5,7 +5,8 @@
 - :meth:`Acks.ack_marking_done`: ``SET key done EX ttl`` for each event and the XACK, in one
   script (atomic like ``MULTI``): the second phase of ``redis-2phase``.
 - :meth:`Acks.give_back`: not an XACK; ``XCLAIM ... RETRYCOUNT`` undoes a delivery that Redis
-  itself made fail (out of memory, no connection), so it does not count as an attempt.
+  itself (out of memory, no connection) or the business store (down) made fail, so it does
+  not count as an attempt.
 - :meth:`Acks.dead_letter`: the XACK of the original and the XADD of its dead letter, in one
   script (atomic, and replicated as one unit). It adds the dead letter only if the XACK found
   the message pending, so two consumers that give up on the same message (one of them after
@@ -81,14 +82,17 @@ class Acks:
         args: list[bytes | str | int] = [self.group, ttl_s, DONE, *encoded_ids(ids)]
         return int(await self._done_script(keys=[self.stream, *keys], args=args))
 
-    async def give_back(self, ids: Sequence[str], consumer: str, deliveries: int) -> None:
-        """``XCLAIM stream group consumer 0 id ... RETRYCOUNT deliveries JUSTID``: set the delivery
-        count of our pending ``ids`` back to ``deliveries`` (an attempt that Redis, not the
-        message, made fail does not use up the retry budget). Not ``denyoom``: works under OOM."""
-        if ids:
+    async def give_back(self, deliveries: Sequence[Delivery], consumer: str) -> None:
+        """``XCLAIM stream group consumer 0 id ... RETRYCOUNT n JUSTID``: set the delivery count of
+        our pending messages back by one (an attempt that Redis or the store, not the message,
+        made fail does not use up the retry budget); one call per count. Not ``denyoom``: works
+        under OOM."""
+        by_count: dict[int, list[str]] = {}
+        for delivery in deliveries:
+            by_count.setdefault(max(delivery.deliveries - 1, 0), []).append(delivery.msg_id)
+        for count, ids in by_count.items():
             message_ids: list[StreamIdT] = [*encoded_ids(ids)]
-            await self.client.xclaim(self.stream, self.group, consumer, 0, message_ids,
-                                     retrycount=deliveries, justid=True)
+            await self.client.xclaim(self.stream, self.group, consumer, 0, message_ids, retrycount=count, justid=True)
 
     async def dead_letter(self, delivery: Delivery, error: str) -> bool:
         """XACK the original and, if it was still pending, XADD it to ``<stream>:dlq`` (one ``EVALSHA``).

@@ -136,6 +136,13 @@ def _delivery_flags(p: argparse.ArgumentParser) -> None:
         choices=DEDUPE_STRATEGIES,
     )
     _flag(g, "ledger", str(DEFAULT_LEDGER), "SQLite file of charges (WAL); its directory must exist", type=ledger_path)
+    _flag(
+        g,
+        "ledger-busy-timeout-ms",
+        30_000,
+        "how long a charge waits for another process's lock on the ledger; longer, and the store "
+        "counts as down (reading pauses, the store is probed until it answers)",
+    )
     _flag(g, "dedupe-ttl-s", 7 * 24 * 3600, "TTL of Redis dedupe markers; keep it >= the stream's retention")
 
 
@@ -172,6 +179,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         max_attempts=args.max_attempts,
         dedupe=args.dedupe,
         ledger=args.ledger,
+        ledger_busy_timeout_ms=args.ledger_busy_timeout_ms,
         handler_delay_ms=args.handler_delay_ms,
         handler_jitter_ms=args.handler_jitter_ms,
         fail_every=args.fail_every,

@@ -40,6 +40,9 @@ CONNECT_TIMEOUT_S = 2.0
 TRANSIENT_REPLIES = ("UNBLOCKED", "READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY ")
 
 Client = aioredis.Redis
+# What a Redis call raises when Redis (or the way to it), not our code, fails: redis-py's
+# errors, and OSError for what it does not wrap (a socket error, asyncio's TimeoutError).
+REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, OSError)
 
 
 def _client_options(socket_timeout_s: float) -> dict[str, Any]:
@@ -212,10 +215,17 @@ class Streak:
     """
 
     def __init__(
-        self, logger: logging.Logger, what: str, *, every_s: float = 30.0, level: int = logging.WARNING
+        self,
+        logger: logging.Logger,
+        what: str,
+        *,
+        every_s: float = 30.0,
+        level: int = logging.WARNING,
+        action: str = "retrying with backoff",
     ) -> None:
         self.log = logger
         self.what = what
+        self.action = action
         self.every_s = every_s
         self.level = level
         self.failures = 0
@@ -227,7 +237,7 @@ class Streak:
         self.failures += 1
         if self.failures == 1:
             self.first_at = self.logged_at = now
-            self.log.log(self.level, "%s failed, retrying with backoff: %s", self.what, describe(exc))
+            self.log.log(self.level, "%s failed, %s: %s", self.what, self.action, describe(exc))
         elif now - self.logged_at >= self.every_s:
             self.logged_at = now
             self.log.log(

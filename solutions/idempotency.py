@@ -22,6 +22,19 @@ The strategies:
 - ``sqlite``: the charge and its ``applied_events`` row commit in one transaction, so the
   effect happens exactly once whatever Redis remembers.
 
+When the charge cannot be recorded (the store is down: locked, full, failing, read-only), the
+failed transaction wrote nothing, and each strategy's mark must not outlive it:
+
+- ``none`` and ``sqlite`` marked nothing in Redis (``sqlite``'s ``applied_events`` row was
+  rolled back with the charge): nothing to undo;
+- ``redis``: the ``SET NX`` marker must go (``DEL`` in :meth:`~Strategy.abort`, or owed until
+  Redis answers), or the redelivery would be acked as a duplicate and the event lost;
+- ``redis-2phase``: the lease is deleted, so the redelivery after the outage proceeds at once
+  instead of finding the lease busy (a lease that could not be deleted expires by itself).
+
+The pipeline then gives the delivery back (not an attempt) and the store's breaker pauses
+reading until the store answers (:mod:`solutions.store_breaker`).
+
 Marker TTLs must cover the stream's retention (``dedupe_ttl_s``), or a late duplicate
 finds no marker.
 """
@@ -33,15 +46,15 @@ import enum
 import itertools
 import logging
 import secrets
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from solutions.acks import DONE, Acks
-from solutions.connection import Client
+from solutions.connection import REDIS_ERRORS, Client
 from solutions.ledger import Charge, Ledger
 from solutions.messages import OrderEvent
+from solutions.sqlite_errors import Fault, LedgerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +124,13 @@ async def write_ledger(ledger: Ledger, charges: list[Charge], *, once: bool) -> 
 
     A batch commit takes ~0.1 ms, less than a hop to a thread, so it runs inline; only when
     another process holds the write lock does it wait for the lock (up to the ledger's busy
-    timeout) in a thread. A lock held longer raises: nothing was written.
+    timeout) in a thread. A lock held longer, or any other failure of the store, raises
+    :class:`~solutions.sqlite_errors.LedgerUnavailable`: nothing was written.
     """
     try:
         return ledger.write(charges, once=once, wait=False)
-    except sqlite3.OperationalError as exc:
-        if "locked" not in str(exc) and "busy" not in str(exc):
+    except LedgerUnavailable as exc:
+        if exc.fault is not Fault.LOCKED:
             raise
     return await asyncio.to_thread(ledger.write, charges, once=once)
 
@@ -202,7 +216,7 @@ class RedisMarker(_LedgerThenXack):
         keys = self.keys(events)
         try:
             await self.deps.client.delete(*keys)
-        except Exception:
+        except REDIS_ERRORS:
             self.owed.update(keys)
             raise
 
@@ -212,7 +226,7 @@ class RedisMarker(_LedgerThenXack):
         owed = list(self.owed)
         try:
             await self.deps.client.delete(*owed)
-        except Exception as exc:  # Redis still away: the next begin tries again
+        except REDIS_ERRORS as exc:  # Redis still away: the next begin tries again
             log.debug("dedupe marks owed a DEL still not deleted: %r", exc)
             return
         self.owed.difference_update(owed)

@@ -14,6 +14,12 @@ random keys cost about 0.8 us per charge (a third of the write); the occasional 
 event (:meth:`Ledger.charge_counts`) scans instead. ``applied_events`` is a ``WITHOUT ROWID``
 table: one B-tree keyed by ``event_id`` instead of a rowid table plus an index, which about
 halves the cost of a claim. Ledgers created earlier keep their layouts; both work.
+
+``store_probe`` (one row, not part of the contract) takes :meth:`Ledger.probe`'s write while
+the store is down. A failed write ends its transaction cleanly (after a full disk or an I/O
+error SQLite has rolled it back already), and a failure of the store is raised as
+:class:`~solutions.sqlite_errors.LedgerUnavailable`; after any fault but a lock the next call
+opens a new connection (a filesystem mounted again can only be written through a new one).
 """
 
 from __future__ import annotations
@@ -27,13 +33,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from solutions.checkpoints import CHECKPOINT_ROWS, Checkpointer
+from solutions.sqlite_errors import Fault, LedgerUnavailable, describe_sqlite, fault_of
 
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 30_000
+PROBE_BUSY_TIMEOUT_MS = 1_000  # a probe waits at most this for another process's lock
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS charges (
@@ -51,7 +60,12 @@ CREATE TABLE IF NOT EXISTS applied_events (
     consumer   TEXT NOT NULL,
     applied_at REAL NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS store_probe (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    probed_at  REAL    NOT NULL
+);
 """
+PROBE = "INSERT OR REPLACE INTO store_probe(id, probed_at) VALUES (1, ?)"
 
 
 INSERT_CHARGES = "INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES "
@@ -88,6 +102,10 @@ def _execute_rows(
     return out
 
 
+def _probe_write(db: sqlite3.Connection, now: float) -> None:
+    db.execute(PROBE, (now,))
+
+
 @dataclass(slots=True)
 class Charge:
     """One charge to write (slotted, built once per message; treat it as read-only)."""
@@ -110,6 +128,7 @@ class Ledger:
         self._busy_ms = busy_timeout_ms
         self._checkpointer: Checkpointer | None = None
         self._rows_since_checkpoint = 0
+        self._opened = False  # once opened, a reconnect must find the file (see _connect)
 
     def open(self, *, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Ledger:
         """Create the file and the tables and switch to WAL (idempotent).
@@ -127,15 +146,23 @@ class Ledger:
             try:
                 self._conn = self._connect()
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+                if fault_of(exc) is not Fault.LOCKED or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
         return self._conn
 
     def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Open (the first time: create) the ledger. A reconnect never creates it: a ledger gone
+        from its path (its filesystem unmounted for a repair, the file moved) is a store that is
+        down, not an empty ledger to start over in the bare directory underneath."""
         busy_ms = self.busy_timeout_ms
-        conn = sqlite3.connect(self.path, timeout=busy_ms / 1000, check_same_thread=False, isolation_level=None)
+        target: str | Path = self.path
+        if self._opened:
+            target = f"{self.path.absolute().as_uri()}?mode=rw"
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(target, timeout=busy_ms / 1000, check_same_thread=False, isolation_level=None,
+                               uri=self._opened)
         try:
             conn.execute(f"PRAGMA busy_timeout={busy_ms}")
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
@@ -146,49 +173,97 @@ class Ledger:
         except BaseException:
             conn.close()
             raise
+        self._opened = True
         return conn
 
     def close(self) -> None:
         """Wait for a write in progress, stop the checkpoint thread, then close (the last
         connection to close checkpoints the rest)."""
         with self._lock:
-            if self._checkpointer is not None:
-                self._checkpointer.close()
-                self._checkpointer = None
-            if self._conn is not None:
+            self._drop()
+
+    def _drop(self) -> None:
+        """Close the checkpoint thread and the connection (under the lock); the next call reopens."""
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):  # a broken connection still closes
                 self._conn.close()
-                self._conn = None
-                self._busy_ms = self.busy_timeout_ms  # what the next connection starts with
+            self._conn = None
+            self._busy_ms = self.busy_timeout_ms  # what the next connection starts with
+            self._rows_since_checkpoint = 0
 
     def write(self, charges: Sequence[Charge], *, once: bool, wait: bool = True) -> list[bool]:
         """Write the charges in one transaction; return, per charge, whether it was applied.
 
         With ``once`` each charge first claims its ``applied_events`` row; a charge whose
         event was already applied (earlier or in this same batch) is skipped (False). With
-        ``wait=False`` it raises ``sqlite3.OperationalError`` at once if another process holds
-        the write lock, instead of waiting up to the busy timeout.
+        ``wait=False`` it raises at once if another process holds the write lock, instead of
+        waiting up to the busy timeout. A failure of the store raises
+        :class:`~solutions.sqlite_errors.LedgerUnavailable` (``fault`` says which); nothing
+        was written then.
 
         Rows go in as multi-row ``INSERT ... VALUES (...), (...)`` statements, one per
         :data:`ROWS_PER_STATEMENT` charges: one statement step instead of one per row.
         """
-        now = time.time()
-        with self._lock:
-            db = self._db()
-            self._busy(db, self.busy_timeout_ms if wait else 0)  # 0: "database is locked" at once
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                if once:
-                    applied = self._claim(db, charges, now)
-                    self._insert(db, [charge for charge, ok in zip(charges, applied, strict=True) if ok], now)
-                else:
-                    applied = [True] * len(charges)
-                    self._insert(db, charges, now)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            self._count_for_checkpoint(db, len(charges))
+        busy_ms = self.busy_timeout_ms if wait else 0  # 0: "database is locked" at once
+        return self._transaction(busy_ms, self._apply, charges, once, time.time(), rows=len(charges))
+
+    def _apply(self, db: sqlite3.Connection, charges: Sequence[Charge], once: bool, now: float) -> list[bool]:
+        """The statements of :meth:`write`, inside its transaction."""
+        if not once:
+            self._insert(db, charges, now)
+            return [True] * len(charges)
+        applied = self._claim(db, charges, now)
+        self._insert(db, [charge for charge, ok in zip(charges, applied, strict=True) if ok], now)
         return applied
+
+    def probe(self) -> None:
+        """Can the store take a write again? One committed row in ``store_probe`` (a lock is
+        waited for :data:`PROBE_BUSY_TIMEOUT_MS` at most); raises ``LedgerUnavailable`` if not."""
+        self._transaction(min(self.busy_timeout_ms, PROBE_BUSY_TIMEOUT_MS), _probe_write, time.time())
+
+    def _transaction(self, busy_ms: int, body: Callable[..., T], *args: Any, rows: int = 0) -> T:
+        """``BEGIN IMMEDIATE``, ``body(db, *args)``, ``COMMIT`` on our connection (opened if need
+        be), under the lock; then ``rows`` count towards the next checkpoint."""
+        with self._lock:
+            try:
+                if self._conn is not None and self._conn.in_transaction:  # left so by a failure we did not see
+                    log.warning("the ledger connection was left inside a transaction: opening a new one")
+                    self._drop()
+                db = self._db()
+                self._busy(db, busy_ms)
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    result = body(db, *args)
+                    db.execute("COMMIT")
+                except BaseException:
+                    self._end_failed(db)
+                    raise
+                if rows:
+                    self._count_for_checkpoint(db, rows)
+            except sqlite3.Error as exc:
+                fault = fault_of(exc)
+                if fault is None:
+                    raise  # about the charges or our SQL, not the store: the caller's to judge
+                reopen = fault is not Fault.LOCKED
+                if reopen:
+                    self._drop()
+                raise LedgerUnavailable(fault, exc, reopened=reopen) from exc
+        return result
+
+    def _end_failed(self, db: sqlite3.Connection) -> None:
+        """Roll back, unless SQLite did already (a full disk, an I/O error): a second ROLLBACK
+        fails and hides the cause. A connection that cannot leave its transaction is dropped."""
+        if not db.in_transaction:
+            return
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.debug("rollback failed (%s): the ledger opens a new connection", describe_sqlite(exc))
+        if db.in_transaction:
+            self._drop()
 
     def _count_for_checkpoint(self, db: sqlite3.Connection, rows: int) -> None:
         """Every :data:`CHECKPOINT_ROWS` rows, ask the checkpoint thread (started on first need)."""

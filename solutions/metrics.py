@@ -25,7 +25,8 @@ name                                       type       what
 
 The histogram comes as ``_bucket{le=...}``, ``_sum`` and ``_count`` series (p99 with
 ``histogram_quantile(0.99, rate(billing_processing_lag_seconds_bucket[1m]))``).
-The four sampled gauges (pending, group lag, stream length and age) come from a Redis query
+``billing_store_up`` is exported once a worker runs (its breaker sets it). The four sampled
+gauges (pending, group lag, stream length and age) come from a Redis query
 every ``--metrics-interval-s``; they are not exported before the first sample, so a scrape
 never shows a stream of 200 entries as ``0``. The log line (:meth:`Snapshot.line`) keeps the
 short field names (``stream_age_s``, ``processing_lag_s``).
@@ -46,8 +47,8 @@ from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
-COUNTERS = ("processed", "errors", "reclaimed", "dead_lettered", "dedupe_skipped", "acked", "deleted")
-GAUGES = ("pending", "group_lag", "stream_length", "stream_age_s", "processing_lag_s")
+COUNTERS = ("processed", "errors", "reclaimed", "dead_lettered", "dedupe_skipped", "acked", "deleted", "store_outages")
+GAUGES = ("pending", "group_lag", "stream_length", "stream_age_s", "store_up", "processing_lag_s")
 LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 DEFAULT_HOST = "127.0.0.1"
 
@@ -59,6 +60,8 @@ HELP = {
     "dead_lettered": "Messages moved to the dead-letter stream <stream>:dlq.",
     "dedupe_skipped": "Deliveries recognised as already done and not charged again.",
     "deleted": "Pending entries found deleted from the stream and acknowledged.",
+    "store_outages": "Times the business store (the SQLite ledger) went down; reading pauses until it is back.",
+    "store_up": "1 while the business store (the SQLite ledger) takes charges, 0 while it is down.",
     "pending": "Entries delivered to the consumer group and not yet acknowledged (XINFO GROUPS).",
     "group_lag": "Entries in the stream not yet delivered to the consumer group (XINFO GROUPS).",
     "stream_length": "Entries in the stream (XLEN).",
@@ -80,10 +83,12 @@ class Snapshot:
     dedupe_skipped: int = 0
     acked: int = 0
     deleted: int = 0
+    store_outages: int = 0
     pending: float = 0.0
     group_lag: float = 0.0
     stream_length: float = 0.0
     stream_age_s: float = 0.0
+    store_up: float = 1.0
     processing_lag_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:

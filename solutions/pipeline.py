@@ -18,33 +18,43 @@ overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth
    its runs work one after another). A failure is not acked (the
    message will be redelivered) unless this was delivery number ``max_attempts``: then the
    DLQ. The strategy's mark is undone either way;
-5. record: the charges in one ledger transaction. If that fails (another process holds the
-   ledger past its busy timeout), the strategy's mark is undone too, so the redelivery does
-   the work instead of taking it for a duplicate; then the next run of the lane may go;
+5. record: the charges in one ledger transaction. If that fails, the strategy's mark is
+   undone too, so the redelivery does the work instead of taking it for a duplicate; then the
+   next run of the lane may go. A failure of the store itself (locked past the busy timeout,
+   disk full, I/O error, read-only ...) is not the message's: its delivery is given back (not
+   an attempt) and the store's breaker opens, which pauses reading and reclaiming until the
+   store answers again (:mod:`solutions.store_breaker`);
 6. acknowledge: XACK exactly the recorded messages (with ``redis-2phase``, together with
    their ``done`` markers).
 
 Steps 3, 5 and 6 are batched across the runs in hand (:class:`~solutions.batching.Coalescer`):
 one script call, one transaction, one XACK for all of them. :meth:`Pipeline.settle` waits
 for those flushes at shutdown. Every XACK goes through :class:`~solutions.acks.Acks`.
-Nothing here raises: every outcome is counted, logged, and either acked or left pending.
+Nothing here raises on a failure of Redis, the store or the handler: every outcome is
+counted, logged (a failure that lasts as one line when it starts, a summary now and then, and
+one line when it ends; never a line per message), and either acked or left pending. A bug
+that raises anything else ends its run; the pool logs it and the messages stay pending.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from solutions.acks import Acks
 from solutions.batching import Coalescer
-from solutions.connection import describe, not_the_message
+from solutions.connection import REDIS_ERRORS, Streak, describe, not_the_message
 from solutions.handler import Handler
 from solutions.idempotency import Strategy, Verdict
+from solutions.ledger import Charge
 from solutions.messages import Delivery, OrderEvent, PermanentError
 from solutions.metrics import Metrics
 from solutions.pool import Pool, Turn
+from solutions.sqlite_errors import LedgerUnavailable
+from solutions.store_breaker import StoreBreaker
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +74,20 @@ class Rules:
 class Pipeline:
     """Handles every delivery end to end (see the module docstring)."""
 
-    def __init__(
-        self, *, handler: Handler, strategy: Strategy, acks: Acks, pool: Pool, metrics: Metrics, rules: Rules
-    ) -> None:
+    def __init__(self, *, handler: Handler, strategy: Strategy, acks: Acks, pool: Pool, metrics: Metrics,
+                 rules: Rules, breaker: StoreBreaker) -> None:
         self.handler = handler
         self.strategy = strategy
         self.acks = acks
         self.pool = pool
         self.metrics = metrics
         self.rules = rules
+        self.breaker = breaker
+        self._refused = Streak(log, "dedupe check of a batch", action="left pending, not counted as an attempt")
+        self._unacked = Streak(log, "XACK of charged messages", action="left pending for the strategy to judge")
+        self._kept = Streak(log, "giving deliveries back (XCLAIM RETRYCOUNT)", action="they count as attempts")
         self._begins = Coalescer("begin", strategy.begin)
-        self._records = Coalescer("record", strategy.record)
+        self._records = Coalescer("record", self._record_flush)
         self._acknowledged: Coalescer[OrderEvent, None] = Coalescer("acknowledge", self._acknowledge_flush)
         self._duplicates: Coalescer[str, None] = Coalescer("xack", self._ack_flush)
 
@@ -135,13 +148,15 @@ class Pipeline:
             return todo
         try:
             verdicts = await self._begins.submit([event for _, event in todo])
-        except Exception as exc:
+        except REDIS_ERRORS as exc:
             if not_the_message(exc):
-                await self._give_back([delivery for delivery, _ in todo], exc)
+                self._refused.failed(exc)
+                await self._give_back([delivery for delivery, _ in todo])
                 return []
             for delivery, _ in todo:
                 await self._failed(delivery, f"dedupe check failed: {describe(exc)}")
             return []
+        self._refused.recovered()
         proceed = [item for item, verdict in zip(todo, verdicts, strict=True) if verdict is Verdict.PROCEED]
         if len(proceed) < len(todo):
             duplicates = [d for (d, _), v in zip(todo, verdicts, strict=True) if v is Verdict.DUPLICATE]
@@ -184,9 +199,15 @@ class Pipeline:
         charge, consumer = self.handler.charge, self.rules.consumer
         try:
             applied = await self._records.submit([charge(event, consumer) for _, event in done])
-        except Exception as exc:
+        except LedgerUnavailable as exc:  # the store's fault: a pause, not an attempt
+            self.breaker.failed(exc, len(done))
+            await self._undo([event for _, event in done])
+            await self._give_back([delivery for delivery, _ in done])
+            return []
+        except Exception as exc:  # anything else (the ledger refused these charges, a bug): an attempt
             self.metrics.inc("errors", len(done))
-            log.warning("charge of %s messages failed, left pending for redelivery: %s", len(done), describe(exc))
+            log.warning("charge of %s messages failed, left pending for redelivery: %s", len(done), describe(exc),
+                        exc_info=not isinstance(exc, sqlite3.Error))
             await self._undo([event for _, event in done])  # or the redelivery looks like a duplicate
             return []
         return list(zip(done, applied, strict=True))
@@ -196,12 +217,11 @@ class Pipeline:
         events = [event for (_, event), _ in recorded]
         try:
             await self._acknowledged.submit(events)
-        except Exception as exc:
-            # The charge is committed; the message stays pending and the strategy decides
-            # on the redelivery (with ``none`` it is charged again: at least once).
+        except REDIS_ERRORS as exc:  # charged, left pending: the strategy judges the redelivery (none: again)
             self.metrics.inc("errors", len(events))
-            log.warning("ack of %s charged messages failed, left pending: %s", len(events), describe(exc))
+            self._unacked.failed(exc)
             return set()
+        self._unacked.recovered()
         self.metrics.inc("acked", len(events))
         self.metrics.observe_batch(len(events), events[-1].msg_id)
         skipped = [event.msg_id for (_, event), applied in recorded if not applied]
@@ -215,34 +235,27 @@ class Pipeline:
     async def _undo(self, events: list[OrderEvent]) -> None:
         try:
             await self.strategy.abort(events)
-        except Exception as exc:
+        except REDIS_ERRORS as exc:
             log.warning("could not undo the dedupe marks of %s messages: %s", len(events), describe(exc))
 
-    async def _give_back(self, deliveries: list[Delivery], exc: BaseException) -> None:
-        """Redis could not run the dedupe check (out of memory, no connection): not the message's
-        fault, so it is not an attempt. Leave it pending and set its delivery count back
-        (``XCLAIM ... RETRYCOUNT``), or a worker restarted under OOM a few times would
-        dead-letter good events. One line per batch, not one per message."""
+    async def _give_back(self, deliveries: list[Delivery]) -> None:
+        """Not the message's fault (Redis out of memory or away, the store down): leave it pending
+        and set its delivery count back, or restarts under OOM or a long store outage would
+        dead-letter good events. The caller logs the cause once (a streak, the breaker)."""
         self.metrics.inc("errors", len(deliveries))
-        by_count: dict[int, list[str]] = {}
-        for delivery in deliveries:
-            by_count.setdefault(max(delivery.deliveries - 1, 0), []).append(delivery.msg_id)
         try:
-            for count, ids in by_count.items():
-                await self.acks.give_back(ids, self.rules.consumer, count)
-        except Exception as give_back_exc:
-            log.warning("dedupe check of %s messages failed, left pending (%s); the delivery still counts "
-                        "as an attempt: %s", len(deliveries), describe(exc), describe(give_back_exc))
+            await self.acks.give_back(deliveries, self.rules.consumer)
+        except REDIS_ERRORS as exc:
+            self._kept.failed(exc)
             return
-        log.warning("dedupe check of %s messages failed, left pending, not counted as an attempt: %s",
-                    len(deliveries), describe(exc))
+        self._kept.recovered()
 
     async def _skip_duplicates(self, deliveries: list[Delivery]) -> None:
         if not deliveries:
             return
         try:
             await self._duplicates.submit([d.msg_id for d in deliveries])
-        except Exception as exc:
+        except REDIS_ERRORS as exc:
             log.warning("ack of %s duplicates failed, left pending: %s", len(deliveries), describe(exc))
             return
         self.metrics.inc("acked", len(deliveries))
@@ -274,13 +287,17 @@ class Pipeline:
     async def _dead_letter(self, delivery: Delivery, reason: str) -> None:
         try:
             moved = await self.acks.dead_letter(delivery, reason)
-        except Exception as exc:
+        except REDIS_ERRORS as exc:
             log.warning("%s: dead-lettering failed, left pending: %s", delivery.msg_id, describe(exc))
             return
         if moved:
             self.metrics.inc("dead_lettered")
 
     # -- batching ---------------------------------------------------------------------------
+
+    async def _record_flush(self, charges: list[Charge]) -> list[bool]:
+        self.breaker.refuse()  # while the store is down, a charge on its way fails at once
+        return await self.strategy.record(charges)
 
     async def _acknowledge_flush(self, events: list[OrderEvent]) -> list[None]:
         await self.strategy.acknowledge(events)

@@ -7,6 +7,8 @@
 - Errors back off with jitter (a few calls a second at most, never a hot loop); after one,
   the loop re-reads its own pending entries, since a lost reply may have delivered some.
 - NOGROUP (the stream was deleted, Redis restarted empty) recreates the group.
+- While the business store is down (:mod:`solutions.store_breaker`) it reads nothing; when
+  the store is back it re-reads its own pending entries first: the messages that waited.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from solutions.connection import Backoff, Client, Streak, classify, describe, is_busygroup
+from redis.exceptions import ResponseError
+
+from solutions.connection import REDIS_ERRORS, Backoff, Client, Streak, classify, describe, is_busygroup
 from solutions.messages import Delivery
 from solutions.settings import Settings
+from solutions.store_breaker import StoreBreaker
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +40,7 @@ async def ensure_group(client: Client, stream: str, group: str) -> bool:
     """``XGROUP CREATE stream group 0 MKSTREAM``; True if created, False if it existed (BUSYGROUP)."""
     try:
         await client.xgroup_create(stream, group, id="0", mkstream=True)
-    except Exception as exc:
+    except ResponseError as exc:
         if is_busygroup(exc):
             return False
         raise
@@ -67,11 +72,13 @@ class Reader:
         settings: Settings,
         dispatch: Dispatch,
         has_room: Callable[[asyncio.Event], Awaitable[None]],
+        store: StoreBreaker | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
         self.dispatch = dispatch
         self.has_room = has_room
+        self.store = store
         self.backoff = Backoff()
         self.streak = Streak(log, f"XREADGROUP on {settings.stream}")
         self.unexpected = Streak(log, f"XREADGROUP on {settings.stream} (unexpected error)", level=logging.ERROR)
@@ -83,6 +90,9 @@ class Reader:
         """Read until ``stop`` is set."""
         while not stop.is_set():
             await self.has_room(stop)
+            if self.store is not None and not self.store.up:
+                await self.store.wait_up(stop)
+                self.cursor = OWN_PENDING  # what waited for the store is ours: charge it first
             if stop.is_set():
                 return
             try:
@@ -129,7 +139,7 @@ class Reader:
             log.warning("NOGROUP (stream deleted or Redis restarted empty): recreating group %s", self.settings.group)
             try:
                 await ensure_group(self.client, self.settings.stream, self.settings.group)
-            except Exception as create_exc:
+            except REDIS_ERRORS as create_exc:
                 log.warning("could not recreate the group yet: %s", describe(create_exc))
         elif kind == "recoverable":
             self.streak.failed(exc)

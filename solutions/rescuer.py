@@ -12,6 +12,8 @@ course's rule is twice the handler's p99.
   times it had been delivered. The owner and idle time come from an ``XPENDING`` taken in
   the same ``MULTI`` as the XAUTOCLAIM, so they describe exactly what was claimed.
 - Reclaimed messages go through the same path as new ones (dedupe, DLQ, ordering).
+- While the business store is down (:mod:`solutions.store_breaker`) it claims nothing and
+  lets its lease lapse: a reclaim would only spend a delivery attempt on the outage.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from solutions.connection import Backoff, Client, Streak
+from solutions.connection import REDIS_ERRORS, Backoff, Client, Streak, describe
 from solutions.messages import Delivery
 from solutions.metrics import Metrics
 from solutions.reader import decode_id, delivery_counts
 from solutions.settings import Settings
+from solutions.store_breaker import StoreBreaker
 
 log = logging.getLogger(__name__)
 journal = logging.getLogger("solutions.journal")
@@ -55,12 +58,14 @@ class Rescuer:
         metrics: Metrics,
         dispatch: Callable[[list[Delivery]], Awaitable[int]],
         has_room: Callable[[asyncio.Event], Awaitable[None]],
+        store: StoreBreaker | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
         self.metrics = metrics
         self.dispatch = dispatch
         self.has_room = has_room
+        self.store = store
         self.cursor = "0-0"
         self.lease_ms = max(MIN_LEASE_MS, 2 * settings.claim_interval_ms + 1000)
         self._renew = client.register_script(RENEW_LEASE_LUA)
@@ -73,19 +78,24 @@ class Rescuer:
         """Every ``claim_interval_ms`` until ``stop``: take or renew the lease, then claim."""
         interval_s = self.settings.claim_interval_ms / 1000
         while not stop.is_set():
+            if self.store is not None and not self.store.up:  # the lease lapses: a worker whose store works may rescue
+                await self.store.wait_up(stop)
+                await _pause(stop, interval_s)  # the reader re-reads our own pending entries first
+                continue
             try:
                 if await self.take_lease():
                     await self.claim_round(stop)
                 self.backoff.reset()
                 self.streak.recovered()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
+            except REDIS_ERRORS as exc:
                 self.streak.failed(exc)
                 await self.backoff.sleep(stop)
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval_s)
+            except Exception as exc:  # a bug: said with its traceback, then the loop goes on
+                log.error("rescuer round raised %s", describe(exc), exc_info=exc)
+                await self.backoff.sleep(stop)
+                continue
+            await _pause(stop, interval_s)
 
     async def take_lease(self) -> bool:
         """Renew our lease or take a free one (``GET``/``PEXPIRE``/``SET NX PX`` in one script)."""
@@ -108,7 +118,7 @@ class Rescuer:
         total = 0
         for _ in range(MAX_PAGES_PER_ROUND):
             await self.has_room(stop)
-            if stop.is_set():
+            if stop.is_set() or (self.store is not None and not self.store.up):
                 break
             total += await self.claim_page()
             if self.cursor == "0-0":
@@ -155,3 +165,9 @@ class Rescuer:
         s = self.settings
         await self.dispatch([Delivery(msg_id, None, 0, "deleted") for msg_id in ids])
         journal.info("reclaim: %s acked %s deleted entries: %s", s.consumer, len(ids), " ".join(ids[:20]))
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

@@ -58,6 +58,7 @@ class Settings:
     max_attempts: int = 5
     dedupe: str = "sqlite"
     ledger: Path = Path(".run/ledger.sqlite3")
+    ledger_busy_timeout_ms: int = 30_000
     handler_delay_ms: int = 50
     handler_jitter_ms: int = 0
     fail_every: int = 0
@@ -84,6 +85,7 @@ class Settings:
             "claim_interval_ms": self.claim_interval_ms,
             "max_attempts": self.max_attempts,
             "dedupe_ttl_s": self.dedupe_ttl_s,
+            "ledger_busy_timeout_ms": self.ledger_busy_timeout_ms,
         }
         not_negative = {
             "min_idle_ms": self.min_idle_ms,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from solutions.acks import Acks
-from solutions.connection import Client, connect, describe
+from solutions.connection import REDIS_ERRORS, Client, connect, describe
 from solutions.failover_watch import FailoverWatch
 from solutions.handler import BillingHandler, Handler
 from solutions.idempotency import Deps, make_strategy
@@ -32,6 +33,7 @@ from solutions.pool import Pool
 from solutions.reader import Reader, ensure_group
 from solutions.rescuer import Rescuer
 from solutions.settings import Settings
+from solutions.store_breaker import StoreBreaker
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +70,14 @@ class Worker:
         self.client = client
         self.metrics = Metrics(stream=settings.stream, group=settings.group, consumer=settings.consumer)
         self.pool = Pool(settings.parallelism)
-        self.ledger = ledger or Ledger(settings.ledger)
+        self.ledger = ledger or Ledger(settings.ledger, busy_timeout_ms=settings.ledger_busy_timeout_ms)
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.started = threading.Event()
         self.reader: Reader | None = None
         self.rescuer: Rescuer | None = None
         self.pipeline: Pipeline | None = None
+        self.breaker: StoreBreaker | None = None
         self.summary: Summary | None = None
         self._stop_requested = False
 
@@ -139,10 +142,13 @@ class Worker:
     async def _start(self, client: Client, stop: asyncio.Event) -> list[asyncio.Task[None]]:
         """Create the group if needed and start the reader, the rescuer and the metrics loop."""
         s = self.settings
-        self.pipeline = pipeline = self._pipeline(client)
-        self.reader = Reader(client, s, pipeline.dispatch, self._has_room)
-        self.rescuer = Rescuer(client, s, self.metrics, pipeline.dispatch, self._has_room)
-        with contextlib.suppress(Exception):  # Redis may be down: the reader recovers later
+        self.breaker = breaker = StoreBreaker(
+            self._probe_ledger, self.metrics, backlog=functools.partial(backlog, client, s)
+        )
+        self.pipeline = pipeline = self._pipeline(client, breaker)
+        self.reader = Reader(client, s, pipeline.dispatch, self._has_room, breaker)
+        self.rescuer = Rescuer(client, s, self.metrics, pipeline.dispatch, self._has_room, breaker)
+        with contextlib.suppress(*REDIS_ERRORS):  # Redis may be down: the reader recovers later
             await ensure_group(client, s.stream, s.group)
         if s.metrics_port is not None:
             self.metrics.serve(s.metrics_port, s.metrics_host)
@@ -171,11 +177,14 @@ class Worker:
         # that arrives after the drain, such as a second SIGTERM sent to the process group, is
         # logged by _on_signal instead of killing the process on its way out with -15.
         if self.client is None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*REDIS_ERRORS):
                 await client.aclose()
         await asyncio.to_thread(self.ledger.close)
 
-    def _pipeline(self, client: Client) -> Pipeline:
+    async def _probe_ledger(self) -> None:
+        await asyncio.to_thread(self.ledger.probe)
+
+    def _pipeline(self, client: Client, breaker: StoreBreaker) -> Pipeline:
         s = self.settings
         acks = Acks(client, s.stream, s.group)
         deps = Deps(
@@ -194,6 +203,7 @@ class Worker:
             pool=self.pool,
             metrics=self.metrics,
             rules=Rules(consumer=s.consumer, max_attempts=s.max_attempts, order_key=s.order_key),
+            breaker=breaker,
         )
 
     async def _has_room(self, stop: asyncio.Event) -> None:
@@ -206,12 +216,14 @@ class Worker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.breaker is not None:
+            await self.breaker.aclose()
         left = await self.pool.drain(self.settings.drain_timeout_s)
         settle_s = self.ledger.busy_timeout_ms / 1000 + SETTLE_MARGIN_S
         if self.pipeline is not None and not await self.pipeline.settle(settle_s):
             log.warning("a commit or XACK was still on its way after %ss; its messages stay pending", settle_s)
         if self.rescuer is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*REDIS_ERRORS):
                 await self.rescuer.release_lease()
         counts = self.metrics.snapshot()
         elapsed_s = time.monotonic() - started
@@ -238,8 +250,10 @@ class Worker:
                 return
             try:
                 await self.refresh_gauges(client)
-            except Exception as exc:
+            except REDIS_ERRORS as exc:
                 log.warning("metrics refresh failed: %s", describe(exc))
+            except Exception as exc:  # a bug: said with its traceback; the worker goes on
+                log.error("metrics refresh raised %s", describe(exc), exc_info=exc)
             log.info("metrics %s", self.metrics.values.line())
 
     async def refresh_gauges(self, client: Client) -> None:
@@ -255,3 +269,9 @@ class Worker:
         self.metrics.set("group_lag", lag)
         self.metrics.set("stream_length", int(length))
         self.metrics.set("stream_age_s", stream_age_s(first[0][0] if first else None, time.time()))
+
+
+async def backlog(client: Client, settings: Settings) -> str:
+    """``XINFO GROUPS``: what waits for the group, for the log line of a store that is back."""
+    pending, lag = group_numbers(await client.xinfo_groups(settings.stream), settings.group)
+    return f"the group has {pending} pending and {lag} not yet read"

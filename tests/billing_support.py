@@ -151,18 +151,20 @@ async def claim_rounds(client: redis.Redis, rounds: int, timeout_s: float = 10.0
 
 LOCK_HOLDER = """
 import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-db.execute("BEGIN IMMEDIATE")
+dbs = [sqlite3.connect(path, isolation_level=None) for path in sys.argv[1:]]
+for db in dbs:
+    db.execute("BEGIN IMMEDIATE")
 print("locked", flush=True)
 sys.stdin.readline()  # held until the test says so (or goes away)
-db.execute("COMMIT")
+for db in dbs:
+    db.execute("COMMIT")
 """
 
 
-def hold_ledger_lock(ledger: Path) -> subprocess.Popen[str]:
-    """Another process takes the ledger's write lock (``BEGIN IMMEDIATE``) and holds it until
-    :func:`release_ledger_lock`; returns once it holds it."""
-    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(ledger)],
+def hold_ledger_lock(*ledgers: Path) -> subprocess.Popen[str]:
+    """Another process takes the write lock of each ledger (``BEGIN IMMEDIATE``) and holds them
+    until :func:`release_ledger_lock`; returns once it holds them all."""
+    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, *map(str, ledgers)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
     return proc

@@ -32,9 +32,13 @@ def test_tiny_bench_runs_and_reports_sane_numbers(tmp_path: Path, redis_url: str
         assert row["values"], row["name"]
         assert all(math.isfinite(v) and v > 0 for v in row["values"]), row
     ceiling = rows["ceiling: raw redis.asyncio, COUNT 100, one XACK per batch"]
+    assert ceiling["ratio_q1"] is None  # no paired ratios, no quartiles
+    assert "ratio q1 … q3" in result.stdout
     for dedupe in ("none", "redis", "sqlite"):
         row = rows[f"reference worker, --dedupe {dedupe}"]
         assert len(row["ratios"]) == len(row["values"]) and len(ceiling["values"]) == 3 * len(row["values"])
         assert row["ratio"] == pytest.approx(statistics.median(row["ratios"]))
+        assert row["ratio_q1"] <= row["ratio"] <= row["ratio_q3"]  # the spread of the paired ratios
+        assert min(row["ratios"]) <= row["ratio_q1"] and row["ratio_q3"] <= max(row["ratios"])
         assert isinstance(row["met"], bool)
     assert data["meta"]["placement"]["ping_rtt_us"] > 0

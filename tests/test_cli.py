@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -127,12 +128,29 @@ def test_bad_input_gets_one_line_and_exit_2(args: list[str], env: dict[str, str]
     assert not Path("/no/such").exists()
 
 
-def test_a_ledger_that_cannot_be_opened_is_one_line_and_exit_1(tmp_path: Path) -> None:
-    locked = tmp_path / "ro"
-    locked.mkdir()
-    (locked / "x.db").mkdir()  # a directory where the database file should be
-    done = worker_cli("--ledger", str(locked / "x.db"), "--redis-url", "redis://127.0.0.1:1/0")
+def test_a_directory_given_as_the_ledger_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Bad input, caught while the flags are parsed (exit 2, like every bad flag)."""
+    (tmp_path / "x.db").mkdir()  # a directory where the database file should be
+    done = worker_cli("--ledger", str(tmp_path / "x.db"), "--redis-url", "redis://127.0.0.1:1/0")
     assert done.returncode == 2 and "is a directory" in one_line_error(done)
+
+
+def test_a_ledger_that_cannot_be_opened_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """A good flag, but SQLite cannot create the file: the directory is immutable (``chattr +i``,
+    which stops root too). The worker cannot start: one line, exit 1."""
+    if shutil.which("chattr") is None or os.geteuid() != 0:
+        pytest.skip("an immutable directory needs chattr and root")
+    sealed = tmp_path / "sealed"
+    sealed.mkdir()
+    if subprocess.run(["chattr", "+i", str(sealed)], capture_output=True).returncode != 0:
+        pytest.skip(f"chattr +i is not supported on the filesystem of {tmp_path}")
+    try:
+        done = worker_cli("--ledger", str(sealed / "l.db"), "--redis-url", "redis://127.0.0.1:1/0")
+    finally:
+        subprocess.run(["chattr", "-i", str(sealed)], check=True)
+    assert done.returncode == 1
+    line = one_line_error(done)
+    assert line.endswith(f"cannot use the ledger {sealed / 'l.db'}: OperationalError: unable to open database file")
 
 
 @pytest.mark.timeout(60)

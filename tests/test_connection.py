@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import time
 from typing import Any
 
 import pytest
+import redis
 from redis.asyncio.connection import Connection
 from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import ConnectionError, DataError, ReadOnlyError, ResponseError, TimeoutError
 
+from labs.launcher.topology import Topology
 from solutions.connection import (
     Backoff,
     HiredisPacking,
@@ -57,10 +62,41 @@ def test_client_timeouts_and_retry() -> None:
     assert client.get_retry() is not None
 
 
-def test_a_sentinel_client_reconnects_through_sentinel_on_every_retry() -> None:
-    """redis-py #3874: its retry loop reconnects to the last address; ours asks Sentinel again."""
-    client = connect(redis_url="", sentinels=(("127.0.0.1", 26390),), master_name="m", socket_timeout_s=2.0)
-    assert client.connection_pool.connection_class is MasterFollowingConnection
+@pytest.mark.slow
+@pytest.mark.failover
+@pytest.mark.timeout(90)
+def test_a_sentinel_client_reconnects_through_sentinel_on_every_retry(sentinel_topology: Topology) -> None:
+    """redis-py #3874: its retry loop reconnects to the last address. With the master paused
+    (SIGSTOP: it still accepts TCP connections and never answers) that address swallows every
+    retry. Ours asks Sentinel on each reconnect: once the replica is promoted, a command sent
+    on the client's old pooled connection times out once and its retry lands on the new master."""
+    topo = sentinel_topology
+    old = topo.master_addr()
+
+    async def scenario() -> None:
+        addrs = topo.addresses()
+        assert addrs.master_name is not None
+        client = connect(redis_url="", sentinels=tuple(addrs.sentinels), master_name=addrs.master_name,
+                         socket_timeout_s=0.5)
+        assert client.connection_pool.connection_class is MasterFollowingConnection
+        try:
+            await client.set("before", 1)  # the pool now holds a connection to the old master
+            pid = topo.server(old[1]).pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                new = await asyncio.to_thread(topo.wait_new_master, old, time.monotonic() + 30)
+                # One command, inside the client's own retries (a plain Sentinel connection
+                # spends them all on the paused master and raises TimeoutError).
+                await client.set("after", 1)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            await client.aclose()
+        with redis.Redis(host=new[0], port=new[1]) as direct:
+            assert direct.get("after") == b"1" and direct.role()[0] == b"master"
+
+    asyncio.run(scenario())
 
 
 PACKED_ARGS: list[tuple[Any, ...]] = [

@@ -8,7 +8,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from solutions.ledger import Charge, Ledger
+from solutions.sqlite_errors import Fault, LedgerUnavailable
 
 
 def test_ledger_write_applies_each_event_once_across_and_within_batches(tmp_path: Path) -> None:
@@ -74,3 +77,92 @@ def test_wal_is_checkpointed_in_the_background_and_stays_bounded(tmp_path: Path)
     finally:
         ledger.close()
     assert not Path(f"{path}-wal").exists()  # the last connection to close checkpointed the rest
+
+
+# -- when the store fails: the real cause, a clean end, a new connection ---------------------------
+
+
+def _batch(start: int, n: int = 20) -> list[Charge]:
+    return [Charge(f"e-{i}", "o-1", "1.00", f"1-{i}", "c") for i in range(start, start + n)]
+
+
+def test_a_full_store_raises_its_real_cause_and_the_next_write_gets_a_new_connection(tmp_path: Path) -> None:
+    """SQLite rolls a transaction back by itself when the disk is full; the ledger must not
+    answer that with a ROLLBACK of its own ("cannot rollback - no transaction is active", the
+    text that hid the cause). ``max_page_count`` makes a real SQLITE_FULL on this connection."""
+    ledger = Ledger(tmp_path / "l.sqlite3").open()
+    try:
+        ledger.write(_batch(0), once=True)
+        db = ledger._db()
+        (pages,) = db.execute("PRAGMA page_count").fetchone()
+        db.execute(f"PRAGMA max_page_count={pages}")
+        with pytest.raises(LedgerUnavailable) as caught:
+            ledger.write(_batch(100, 500), once=True)
+        assert caught.value.fault is Fault.DISK_FULL and caught.value.reopened
+        assert "database or disk is full (SQLITE_FULL)" in str(caught.value)
+        assert "rollback" not in str(caught.value) and caught.value.__cause__ is caught.value.cause
+        with pytest.raises(sqlite3.ProgrammingError):  # the old connection is closed ...
+            db.execute("SELECT 1")
+        assert ledger.total_charges() == 20  # nothing of the failed batch
+        assert ledger._db() is not db  # ... and a new one opened (with the default page limit)
+        assert ledger.write(_batch(100, 500), once=True) == [True] * 500
+    finally:
+        ledger.close()
+
+
+def test_a_lock_held_past_the_busy_timeout_keeps_the_connection_and_the_probe_waits_for_it(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite3"
+    ledger = Ledger(path, busy_timeout_ms=100).open()
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        db = ledger._db()
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(LedgerUnavailable) as caught:
+            ledger.write(_batch(0), once=True, wait=False)
+        assert caught.value.fault is Fault.LOCKED and not caught.value.reopened
+        assert "database is locked (SQLITE_BUSY)" in str(caught.value)
+        with pytest.raises(LedgerUnavailable):
+            ledger.probe()  # waits up to the busy timeout, then says locked
+        other.execute("COMMIT")
+        ledger.probe()
+        assert ledger._db() is db
+        (probed_at,) = other.execute("SELECT probed_at FROM store_probe").fetchone()
+        assert probed_at > 0
+    finally:
+        other.close()
+        ledger.close()
+
+
+def test_a_connection_left_inside_a_transaction_is_replaced(tmp_path: Path) -> None:
+    """A connection that a failure left inside a transaction would refuse every write after it
+    ("cannot start a transaction within a transaction") and hold the lock against every other
+    worker: the ledger replaces it before the next write."""
+    ledger = Ledger(tmp_path / "l.sqlite3").open()
+    try:
+        stale = ledger._db()
+        stale.execute("BEGIN IMMEDIATE")
+        assert ledger.write(_batch(0), once=True) == [True] * 20
+        assert ledger._db() is not stale and ledger.total_charges() == 20
+    finally:
+        ledger.close()
+
+
+def test_a_ledger_gone_from_its_path_is_a_store_that_is_down_not_a_new_empty_ledger(tmp_path: Path) -> None:
+    """Its filesystem unmounted for a repair, the file moved away: a reconnect must not create
+    a fresh ledger in the bare directory (the charges would go where nobody counts them, and
+    ``applied_events`` would start empty). It fails until the ledger is back."""
+    path = tmp_path / "l.sqlite3"
+    ledger = Ledger(path).open()
+    try:
+        ledger.write(_batch(0), once=True)
+        ledger.close()  # as after a fault: the next call reconnects
+        moved = tmp_path / "elsewhere.sqlite3"
+        path.rename(moved)
+        with pytest.raises(LedgerUnavailable) as caught:
+            ledger.probe()
+        assert caught.value.fault is Fault.CANNOT_OPEN and not path.exists()
+        moved.rename(path)
+        ledger.probe()
+        assert ledger.write(_batch(0), once=True) == [False] * 20  # the same ledger: already applied
+    finally:
+        ledger.close()

@@ -10,6 +10,16 @@ from labs.panels.streams_info import id_ms, read_stream_stats
 pytestmark = pytest.mark.timeout(30)
 
 
+def add_seconds_apart(client: redis.Redis, stream: str, n: int) -> list[str]:
+    """``n`` entries with ids one second apart, the last one now: written in the same
+    millisecond, "oldest" could not be told from "newest" by the age."""
+    now_ms = int(client.time()[0]) * 1000
+    ids = [f"{now_ms - (n - 1 - i) * 1000}-0" for i in range(n)]
+    for i, entry_id in enumerate(ids):
+        client.xadd(stream, {"i": i}, id=entry_id)
+    return ids
+
+
 def test_id_ms_takes_the_millisecond_part() -> None:
     assert id_ms("1712345678901-7") == 1712345678901
     assert id_ms(b"5-0") == 5
@@ -18,9 +28,7 @@ def test_id_ms_takes_the_millisecond_part() -> None:
 def test_snapshot_counts_pending_per_consumer_lag_and_age(redis_client: redis.Redis, key_prefix: str) -> None:
     stream = f"{key_prefix}orders"
     redis_client.xgroup_create(stream, "billing", "0", mkstream=True)
-    first = redis_client.xadd(stream, {"i": 0})
-    for i in range(1, 6):
-        redis_client.xadd(stream, {"i": i})
+    first, *_, last = add_seconds_apart(redis_client, stream, 6)
     redis_client.xreadgroup("billing", "a", {stream: ">"}, count=1)
     redis_client.xreadgroup("billing", "b", {stream: ">"}, count=2)
     stats = read_stream_stats(redis_client, stream, "billing")
@@ -30,7 +38,8 @@ def test_snapshot_counts_pending_per_consumer_lag_and_age(redis_client: redis.Re
     assert stats.lag == 3
     assert stats.group_exists
     assert stats.stream_age_ms is not None
-    assert stats.stream_age_ms == max(0, stats.server_ms - id_ms(first))
+    assert stats.stream_age_ms == stats.server_ms - id_ms(first)  # the oldest entry's age ...
+    assert stats.stream_age_ms >= 5000 + (stats.server_ms - id_ms(last))  # ... not the newest's
 
 
 def test_consumers_are_capped_to_the_busiest(redis_client: redis.Redis, key_prefix: str) -> None:
@@ -59,11 +68,13 @@ def test_oldest_pending_age_comes_from_the_oldest_pel_entry(redis_client: redis.
     stream = f"{key_prefix}orders"
     redis_client.xgroup_create(stream, "g", "0", mkstream=True)
     assert read_stream_stats(redis_client, stream, "g").oldest_pending_age_ms is None  # empty PEL
-    first = redis_client.xadd(stream, {"i": 0})
-    second = redis_client.xadd(stream, {"i": 1})
-    redis_client.xreadgroup("g", "a", {stream: ">"}, count=2)
+    first, second, third = add_seconds_apart(redis_client, stream, 3)
+    redis_client.xreadgroup("g", "a", {stream: ">"}, count=3)
+    stats = read_stream_stats(redis_client, stream, "g")
+    assert stats.oldest_pending_age_ms == stats.server_ms - id_ms(first)
     redis_client.xack(stream, "g", first)  # the oldest pending entry is now the second one
     stats = read_stream_stats(redis_client, stream, "g")
-    assert stats.oldest_pending_age_ms == max(0, stats.server_ms - id_ms(second))
-    redis_client.xack(stream, "g", second)
+    assert stats.oldest_pending_age_ms == stats.server_ms - id_ms(second)
+    assert stats.oldest_pending_age_ms >= 1000 + (stats.server_ms - id_ms(third))  # not the newest's age
+    redis_client.xack(stream, "g", second, third)
     assert read_stream_stats(redis_client, stream, "g").oldest_pending_age_ms is None

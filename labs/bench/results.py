@@ -31,9 +31,21 @@ class Row:
     def median(self) -> float:
         return statistics.median(self.values) if self.values else float("nan")
 
+    @property
+    def ratio_quartiles(self) -> tuple[float, float] | None:
+        """``(q1, q3)`` of the paired ratios: half of them lie between. None without paired ratios."""
+        if not self.ratios:
+            return None
+        if len(self.ratios) == 1:
+            return self.ratios[0], self.ratios[0]
+        q1, _, q3 = statistics.quantiles(self.ratios, n=4, method="inclusive")
+        return q1, q3
+
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data |= {"median": self.median, "min": min(self.values, default=None), "max": max(self.values, default=None)}
+        quartiles = self.ratio_quartiles
+        data |= {"ratio_q1": quartiles[0] if quartiles else None, "ratio_q3": quartiles[1] if quartiles else None}
         return data
 
 
@@ -47,16 +59,18 @@ def _fmt(value: float, unit: str) -> str:
 
 def table(rows: list[Row], title: str) -> Table:
     out = Table(title=title, title_justify="left")
-    for col in ("section", "figure", "median", "min … max", "unit", "ratio", "target", "met"):
+    for col in ("section", "figure", "median", "min … max", "unit", "ratio", "ratio q1 … q3", "target", "met"):
         out.add_column(col, justify="right" if col in ("median", "ratio") else "left")
     for row in rows:
         spread = f"{_fmt(min(row.values), row.unit)} … {_fmt(max(row.values), row.unit)}" if row.values else ""
         ratio = ""
         if row.ratio is not None:
             ratio = f"{row.ratio:+.2f} s {row.ratio_of}" if row.unit == "s" else f"{row.ratio:.2f}× {row.ratio_of}"
+        quartiles = row.ratio_quartiles
+        iqr = f"{quartiles[0]:.2f} … {quartiles[1]:.2f}" if quartiles else ""
         met = {True: "[green]yes[/]", False: "[red]no[/]", None: ""}[row.met]
         median = _fmt(row.median, row.unit) if row.values else row.note
-        out.add_row(row.section, row.name, median, spread, row.unit, ratio, row.target, met)
+        out.add_row(row.section, row.name, median, spread, row.unit, ratio, iqr, row.target, met)
     return out
 
 
