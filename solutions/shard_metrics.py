@@ -12,6 +12,10 @@ its series are unchanged. The totals over the shards are a PromQL ``sum``:
     sum by (shard) (rate(billing_processed_total[1m]))    # throughput per shard
 
 and :meth:`ShardMetrics.total` for the log line and for Python (a notebook, a test).
+
+The business store is one for every shard, and an outage pauses them all: ``store_up`` and
+``store_outages`` are set on every shard alike (:class:`EveryShard`), so read them with ``max``
+(``max without (stream, shard) (billing_store_outages_total)``), not ``sum``.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from solutions.metrics import Metrics, Snapshot
 log = logging.getLogger(__name__)
 
 SHARD_LABEL = "shard"
-MAX_FIELDS = frozenset({"stream_age_s", "processing_lag_s"})  # the oldest / the latest over the shards
-MIN_FIELDS = frozenset({"store_up"})  # one store for every shard: down if any shard saw it down
+# The oldest, the latest; and the store's outages, counted on every shard alike (EveryShard).
+MAX_FIELDS = frozenset({"stream_age_s", "processing_lag_s", "store_outages"})
+MIN_FIELDS = frozenset({"store_up"})  # one store for every shard
 
 
 def shard_metrics(*, shard: str, index: int, group: str, consumer: str) -> Metrics:
@@ -54,6 +59,25 @@ def total(snapshots: Mapping[str, Snapshot]) -> Snapshot:
         else:
             setattr(out, f.name, sum(values))
     return out
+
+
+class EveryShard(Metrics):
+    """A :class:`Metrics` whose ``set`` and ``inc`` go to every shard's metrics: the worker's own
+    numbers (the store breaker's ``store_up`` and ``store_outages``)."""
+
+    def __init__(self, shards: list[Metrics]) -> None:
+        super().__init__(stream="*", group="*", consumer="*")
+        self.shards = shards
+
+    def set(self, name: str, value: float) -> None:
+        super().set(name, value)
+        for metrics in self.shards:
+            metrics.set(name, value)
+
+    def inc(self, name: str, amount: int = 1) -> None:
+        super().inc(name, amount)
+        for metrics in self.shards:
+            metrics.inc(name, amount)
 
 
 class ShardMetrics:

@@ -1,6 +1,7 @@
 """solutions.shard_worker on a real cluster: every event charged once and in key order, a shard label on
 /metrics, CLUSTERDOWN on one shard's master waited out with backoff (one line each way) while the other
-shards keep charging, and the CLI's clear lines for a wrong shard count or a missing cluster."""
+shards keep charging, a locked ledger pausing every shard alike, and the CLI's clear lines for a wrong shard
+count or a missing cluster."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 import redis
-from billing_support import ROOT
+from billing_support import ROOT, hold_ledger_lock, release_ledger_lock
 
 from labs.experiments.cluster_load import fill, key_order_violations, read_charges
 from labs.experiments.cluster_worker import running, startup_nodes, worker_settings
@@ -146,3 +147,45 @@ def test_cli_refuses_another_shard_count_and_shards_without_a_cluster(cluster: C
         "billing-worker: error: invalid settings: shards needs cluster (a stream is sharded on a cluster) "
         "(see billing-worker --help)"
     ]
+
+
+def test_a_locked_ledger_pauses_every_shard_and_nothing_is_dead_lettered(
+    cluster: ClusterTopology, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One business store for every shard: its outage is one pause (one line each way), not attempts."""
+    ledger, startup = tmp_path / "l.sqlite3", startup_nodes(cluster)
+
+    async def scenario() -> tuple[float, int, int]:
+        async with await ClusterRouter.connect(startup) as router:
+            shards = await ensure_shards(router, "sw:store", 3)
+            s = worker_settings(startup, "sw:store", 3, ledger, ledger_busy_timeout_ms=200, max_attempts=2,
+                                min_idle_ms=300, claim_interval_ms=100)
+            async with running(s) as worker:
+                await fill(router, shards, 5, prefix="before")
+                while len(read_charges(ledger)) < 15:
+                    await asyncio.sleep(0.05)
+                holder = hold_ledger_lock(ledger)
+                try:
+                    await fill(router, shards, 10, prefix="during")
+                    while worker.counts.store_up == 1.0:
+                        await asyncio.sleep(0.05)
+                    await asyncio.sleep(1.5)  # longer than max_attempts x min_idle: attempts would dead-letter
+                    store_up = worker.counts.store_up
+                finally:
+                    release_ledger_lock(holder)
+                deadline = time.monotonic() + 20
+                while len(read_charges(ledger)) < 45:
+                    assert time.monotonic() < deadline, "charging resumed on every shard"
+                    await asyncio.sleep(0.05)
+                outages = worker.counts.store_outages
+            dead = sum([int(await router.client(n).xlen(f"{n}:dlq")) for n in shards.names])
+            return store_up, outages, dead
+
+    with caplog.at_level(logging.INFO, logger="solutions"):
+        store_up, outages, dead = asyncio.run(asyncio.wait_for(scenario(), 60))
+    charges = read_charges(ledger)
+    assert len(charges) == len({c.event_id for c in charges}) == 45 and dead == 0
+    assert store_up == 0.0 and outages == 1  # one outage, seen by every shard alike
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum(line.startswith("business store down") for line in lines) == 1, lines
+    assert sum(line.startswith("business store back") for line in lines) == 1, lines
