@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import logging
 import random
-import sqlite3
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -32,6 +31,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from solutions.cluster_router import ClusterRouter
+from solutions.ledger import read_rows
 from solutions.shards import ShardSet, shard_of
 
 log = logging.getLogger(__name__)
@@ -144,15 +144,7 @@ async def fill(router: ClusterRouter, shards: ShardSet, per_shard: int, *, prefi
 
 def read_charges(ledger: Path) -> list[Charged]:
     """Every row of ``charges`` in insertion order (none while the ledger has no table yet)."""
-    if not ledger.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(ledger, timeout=30)) as db:
-        try:
-            rows = db.execute("SELECT event_id, order_id, msg_id, charged_at FROM charges ORDER BY id").fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise
+    rows = read_rows(ledger, "SELECT event_id, order_id, msg_id, charged_at FROM charges ORDER BY id")
     return [Charged(str(e), str(o), str(m), float(t)) for e, o, m, t in rows]
 
 
