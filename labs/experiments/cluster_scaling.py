@@ -39,7 +39,7 @@ class ThroughputPoint:
 
 async def throughput(
     topology: ClusterTopology, *, stream: str, ledger_dir: Path, shard_counts: Sequence[int] = (1, 2, 3, 6),
-    per_shard: int = 600, handler_delay_ms: int = 5, parallelism: int = 4,
+    per_shard: int = 600, handler_delay_ms: int = 5, parallelism: int = 4, count: int | None = None,
 ) -> list[ThroughputPoint]:
     """For each N: fill N shards with ``per_shard`` events, run the worker until all are charged."""
     startup = startup_nodes(topology)
@@ -51,7 +51,7 @@ async def throughput(
             events = await fill(router, shards, per_shard)
             ledger = ledger_dir / f"throughput-{n}.sqlite3"
             settings = worker_settings(startup, name, n, ledger, handler_delay_ms=handler_delay_ms,
-                                       parallelism=parallelism, count=2 * parallelism)
+                                       parallelism=parallelism, count=count or 2 * parallelism)
             async with running(settings):
                 deadline = time.monotonic() + 60
                 while len(charges := read_charges(ledger)) < events and time.monotonic() < deadline:
