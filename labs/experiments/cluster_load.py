@@ -148,6 +148,12 @@ def read_charges(ledger: Path) -> list[Charged]:
     return [Charged(str(e), str(o), str(m), float(t)) for e, o, m, t in rows]
 
 
+def charged_count(ledger: Path) -> int:
+    """How many rows ``charges`` has (0 while there is no ledger yet): a cheap poll."""
+    rows = read_rows(ledger, "SELECT COUNT(*) FROM charges")
+    return int(rows[0][0]) if rows else 0
+
+
 def key_order_violations(charges: Iterable[Charged]) -> int:
     """Charges of an order that come after a charge of a *later* event of the same order."""
     highest: dict[str, int] = {}

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from labs.experiments.cluster_load import event, fill, key_order_violations, read_charges
+from labs.experiments.cluster_load import charged_count, event, fill, key_order_violations, read_charges
 from labs.experiments.cluster_worker import GROUP, running, startup_nodes, wait_charged, worker_settings
 from labs.launcher.cluster import ClusterTopology
 from solutions.cluster_router import ClusterRouter
@@ -54,8 +54,9 @@ async def throughput(
                                        parallelism=parallelism, count=count or 2 * parallelism)
             async with running(settings):
                 deadline = time.monotonic() + 60
-                while len(charges := read_charges(ledger)) < events and time.monotonic() < deadline:
+                while charged_count(ledger) < events and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
+            charges = read_charges(ledger)
             points.append(ThroughputPoint(n, len(charges), charges[-1].t - charges[0].t))
             await delete_shards(router, shards)
     return points
