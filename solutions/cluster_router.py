@@ -190,16 +190,30 @@ class ShardPipeline(Pipeline):
         self.shard = shard
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        """Send the batch until it runs on the slot's master; with ``raise_on_error=False`` a
+        redirect or a ``CLUSTERDOWN`` in the replies is followed or waited out all the same, and
+        if the router gives up, the replies come back with the refusal in place (as asked)."""
         if self.watching:
             return await super().execute(raise_on_error)
         stack, scripts, explicit = list(self.command_stack), set(self.scripts), self.explicit_transaction
         parent = super().execute
+        last: list[Any] = []
 
         async def once() -> list[Any]:
             self.command_stack, self.scripts, self.explicit_transaction = list(stack), set(scripts), explicit
-            return await parent(raise_on_error)
+            replies: list[Any] = await parent(raise_on_error)
+            for reply in replies if not raise_on_error else ():
+                if isinstance(reply, Exception) and (isinstance(reply, AskError) or retried(reply)):
+                    last[:] = replies
+                    raise reply  # MOVED and ASK (AskError's subclass) are followed, the rest waited out
+            return replies
 
-        return await self.shard.routed(once)
+        try:
+            return await self.shard.routed(once)
+        except Exception as exc:
+            if any(exc is reply for reply in last):
+                return last
+            raise
 
 
 class ClusterRouter:
