@@ -10,7 +10,8 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup redis-bin browser up up-aof up-sentinel failover failover-hard status down \
+.PHONY: help setup redis-bin browser monitoring-bin up-monitoring check-rules \
+        up up-aof up-sentinel failover failover-hard status down \
         up-cluster failover-cluster failover-cluster-hard \
         jupyter student test lint clean bench lab-1 check-lab-1 kit notebooks-html
 
@@ -31,7 +32,10 @@ redis-bin:
 browser: ## Debian's chromium for the browser test (skipped with a reason where it cannot be installed)
 	@bash scripts/ensure-chromium.sh
 
-setup: $(STAMP) redis-bin browser ## create .venv, install the packages, the Redis binaries and Chromium
+monitoring-bin: ## Prometheus, promtool, redis_exporter (Debian packages; a warning where they cannot be installed)
+	@bash scripts/ensure-monitoring.sh
+
+setup: $(STAMP) redis-bin browser monitoring-bin ## create .venv, install the packages, Redis, Chromium, Prometheus
 
 up: setup ## start the single topology (no persistence, port 6390)
 	@$(LAB) up single
@@ -57,10 +61,16 @@ failover-cluster: setup ## CLUSTER FAILOVER on the replica of the master with sl
 failover-cluster-hard: setup ## kill -9 of the master with slot 0, timed; it comes back as a replica
 	@$(LAB) failover cluster --hard
 
+up-monitoring: setup ## redis_exporter per node + Prometheus (127.0.0.1:9390) for the running topologies
+	@$(LAB) monitoring up
+
+check-rules: setup ## promtool check + test of monitoring/ (production rules and their lab copy)
+	@$(LAB) monitoring rules
+
 status: setup ## roles, ports, offsets, each sentinel's master, each cluster master's slots
 	@$(LAB) status
 
-down: setup ## stop every Redis process the launcher started
+down: setup ## stop every Redis process the launcher started (and the monitoring add-on)
 	@$(LAB) down
 
 jupyter: setup $(if $(STUDENT),student) ## JupyterLab on notebooks/ (STUDENT=1: on the student edition; --allow-root as root)

@@ -25,11 +25,13 @@ from typing import Any
 
 import pytest
 import redis
+from monitoring_support import MonitoredStack
 
-from labs.launcher import ports
+from labs.launcher import ports, prom_binaries
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.errors import LauncherError
-from labs.launcher.topology import Topology, iter_topologies
+from labs.launcher.monitoring import Monitoring
+from labs.launcher.topology import Topology, _distinct_free_ports, iter_topologies
 
 REDIS_IMAGE = "redis:7.0.15"
 
@@ -42,12 +44,17 @@ class _Session:
     container: Any = None
 
 
+EXPORTER_SLOTS = 16  # one exporter port per node of every topology (single, aof, sentinel, cluster: 13)
+
+
 def _free_ports_into_env() -> None:
-    for var in (ports.SINGLE_PORT_VAR, ports.AOF_PORT_VAR, ports.MASTER_PORT_VAR, ports.REPLICA_PORT_VAR):
+    for var in (ports.SINGLE_PORT_VAR, ports.AOF_PORT_VAR, ports.MASTER_PORT_VAR, ports.REPLICA_PORT_VAR,
+                ports.PROMETHEUS_PORT_VAR):
         os.environ[var] = str(ports.free_port())
     os.environ[ports.SENTINEL_PORTS_VAR] = ",".join(str(ports.free_port()) for _ in range(3))
     # Cluster nodes also listen on port + 10000 (the cluster bus): both must be free.
     os.environ[ports.CLUSTER_PORTS_VAR] = ",".join(map(str, ports.free_cluster_ports(6)))
+    os.environ[ports.EXPORTER_PORTS_VAR] = ",".join(str(p) for p in _distinct_free_ports(EXPORTER_SLOTS))
 
 
 def _docker_redis() -> tuple[str | None, str]:
@@ -86,6 +93,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     os.environ["REDIS_URL"] = _Session.url
 
 
+MONITORING_NOTEBOOK = "10_monitoring_and_incidents"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Notebook 10 needs Prometheus and redis_exporter: where they are missing, its cells (nbval) and
+    its exercise run (test_edition) are skipped with the one line that says what to install."""
+    reason = prom_binaries.missing()
+    if not reason:
+        return
+    for item in items:
+        if MONITORING_NOTEBOOK in item.nodeid:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 def pytest_report_header() -> str:
     if _Session.url:
         return f"redis: {_Session.url} ({_Session.source}); lab files under {_Session.run_dir}"
@@ -94,6 +115,8 @@ def pytest_report_header() -> str:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _Session.run_dir is not None:
+        with contextlib.suppress(LauncherError):
+            Monitoring.from_env(_Session.run_dir).stop()
         for topo in iter_topologies(_Session.run_dir):
             with contextlib.suppress(LauncherError):
                 topo.stop()
@@ -177,3 +200,24 @@ def healthy_cluster(cluster: ClusterTopology) -> Iterator[ClusterTopology]:
 def sentinel_topology(topology_factory: Callable[..., Topology]) -> Topology:
     """Master, replica and three sentinels (quorum 2, down-after 1000 ms) on free ports."""
     return topology_factory("sentinel")
+
+
+@pytest.fixture(scope="session")
+def monitored_stack() -> MonitoredStack:
+    """The session's own ``sentinel`` and ``aof`` topologies and the monitoring add-on, on the session's ports.
+
+    The same stack notebook 10 (run by nbval later in the session) finds running and reuses, so it
+    starts once. ``pytest_sessionfinish`` stops it with the rest of the run directory. Skipped with
+    one line where a binary is missing.
+    """
+    if reason := prom_binaries.missing():
+        pytest.skip(reason)
+    if not shutil.which("redis-sentinel"):
+        pytest.skip("redis-sentinel is not installed (run 'make setup')")
+    sentinel, aof = Topology.from_env("sentinel"), Topology.from_env("aof")
+    sentinel.ensure()
+    aof.ensure()
+    mon = Monitoring.from_env()
+    mon.ensure()
+    mon.wait_targets_up(30)
+    return MonitoredStack(mon, sentinel, aof, mon.home.parent)

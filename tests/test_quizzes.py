@@ -8,20 +8,22 @@ from pathlib import Path
 import nbformat
 import pytest
 import redis
+from monitoring_support import MonitoredStack
 from redis.cluster import RedisCluster
 
 from labs.experiments.persistence import StopResult, stop_and_count
 from labs.launcher.cluster import ClusterTopology
+from labs.launcher.prom_api import PrometheusAPI
 from labs.panels.quiz import Quiz, QuizKeyError
 from labs.panels.quizzes import cluster as cluster_quiz
-from labs.panels.quizzes import module1, module3
+from labs.panels.quizzes import module1, module3, monitoring
 
 pytestmark = pytest.mark.timeout(60)
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 WINDOW = module3.FailoverWindow(acknowledged=5, on_old_master=5, wait_replicas=0, after_resync=(0, 0))
-FACTS = cluster_quiz.ClusterFacts(resplit_violations=1, killed_gap_s=2.4, others_gap_no_s=0.05, others_gap_yes_s=1.0,
-                                  tail_written=50, tail_survived=0, tail_wait=0)
+CLUSTER_FACTS = cluster_quiz.ClusterFacts(resplit_violations=1, killed_gap_s=2.4, others_gap_no_s=0.05,
+                                          others_gap_yes_s=1.0, tail_written=50, tail_survived=0, tail_wait=0)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +79,35 @@ def test_facts_that_contradict_a_key_raise(
         quiz.verify(redis_client, key_prefix=key_prefix)
 
 
+FACTS = monitoring.MonitoringFacts(
+    memory_alert_at=100.0, first_oom_at=104.0, quiet_idle_s=6.0, quiet_loud=(),
+    quiet_info=("RedisFailoverHappened",), hotkeys_refusal="ERR An LFU maxmemory policy is not selected",
+)
+
+
+def test_monitoring_keys_agree_with_redis_prometheus_and_the_facts(
+    monitored_stack: MonitoredStack, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    quiz = monitoring.quiz(prom=monitored_stack.mon.api, facts=FACTS)
+    assert len(quiz.verify(redis_client, key_prefix=key_prefix)) == len(quiz.questions) == 8
+    assert list(redis_client.scan_iter(match=f"{key_prefix}*")) == []
+
+
+@pytest.mark.parametrize(
+    ("facts", "says"),
+    [
+        (dataclasses.replace(FACTS, memory_alert_at=105.0), "Продюсер заполнял память"),
+        (dataclasses.replace(FACTS, quiet_loud=("StreamNoLiveConsumer",)), "Консьюмер тихого стрима"),
+    ],
+)
+def test_monitoring_facts_that_contradict_a_key_raise(
+    facts: monitoring.MonitoringFacts, says: str, monitored_stack: MonitoredStack,
+    redis_client: redis.Redis, key_prefix: str,
+) -> None:
+    with pytest.raises(QuizKeyError, match=says):
+        monitoring.quiz(prom=monitored_stack.mon.api, facts=facts).verify(redis_client, key_prefix=key_prefix)
+
+
 def test_the_window_needs_an_acknowledged_write() -> None:
     with pytest.raises(ValueError, match="at least one"):
         dataclasses.replace(WINDOW, acknowledged=0)
@@ -85,11 +116,14 @@ def test_the_window_needs_an_acknowledged_write() -> None:
 def test_cluster_keys_agree_with_a_real_cluster_and_the_notebooks_facts(cluster: ClusterTopology) -> None:
     rc = RedisCluster(host="127.0.0.1", port=cluster.addresses().ports[0], decode_responses=True)
     try:
-        verified = cluster_quiz.quiz(facts=FACTS).verify(rc, key_prefix="tq:cluster:")
+        verified = cluster_quiz.quiz(facts=CLUSTER_FACTS).verify(rc, key_prefix="tq:cluster:")
         assert len(verified) == 8 and all(v.observed == v.expected for v in verified)
         assert list(rc.scan_iter(match="tq:cluster:*")) == []
-        for wrong in (dataclasses.replace(FACTS, resplit_violations=0), dataclasses.replace(FACTS, others_gap_no_s=1.2),
-                      dataclasses.replace(FACTS, others_gap_yes_s=0.02), dataclasses.replace(FACTS, tail_survived=50)):
+        wrongs: list[dict[str, float]] = [
+            {"resplit_violations": 0}, {"others_gap_no_s": 1.2}, {"others_gap_yes_s": 0.02}, {"tail_survived": 50},
+        ]
+        for change in wrongs:
+            wrong = dataclasses.replace(CLUSTER_FACTS, **change)  # type: ignore[arg-type]
             with pytest.raises(QuizKeyError):
                 cluster_quiz.quiz(facts=wrong).verify(rc, key_prefix="tq:cluster:")
     finally:
@@ -101,7 +135,7 @@ def _built(name: str) -> Quiz:
         return module1.quiz(redis_url="", graceful_stop=_stop())
     if name.startswith("08"):
         return module3.quiz(master_url="", sqlite_duplicates=0, window=WINDOW)
-    return cluster_quiz.quiz(facts=FACTS)
+    return cluster_quiz.quiz(facts=CLUSTER_FACTS)
 
 
 @pytest.mark.parametrize("name", ["04_lab1.ipynb", "08_lab3.ipynb", "09_cluster_streams.ipynb"])
@@ -117,3 +151,12 @@ def test_the_visible_quiz_cell_gives_no_answer_away(name: str) -> None:
 
 def _stop() -> StopResult:
     return StopResult(save="3600 1 300 100 60 10000", acknowledged=100, survived=100, rdb_bytes=1)
+
+
+def test_notebook_10_shows_the_monitoring_quiz_without_its_answers() -> None:
+    nb = nbformat.read(NOTEBOOKS / "10_monitoring_and_incidents.ipynb", as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "labs.panels.quizzes import monitoring" in code and "Question(" not in code
+    for question in monitoring.quiz(prom=PrometheusAPI("http://127.0.0.1:1"), facts=FACTS).questions:
+        right = question.options[question.answer]
+        assert question.explain not in code and (len(right) < 5 or right not in code), question.text

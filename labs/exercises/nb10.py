@@ -1,7 +1,210 @@
-"""Exercise checks of notebook 10 (`check("10.K")`); see ``notebooks/CONVENTIONS.md``."""
+"""Exercise checks of notebook 10 (monitoring and incidents): ``check("10.3")`` ... ``check("10.5")``.
+
+The streams and keys are made by each exercise's preparing cell on the notebook's ``r`` (the
+``aof`` node, which Prometheus scrapes), under the key prefix ``P``. Two checks ask Prometheus
+(``prom``, a :class:`~labs.launcher.prom_api.PrometheusAPI`, defined by the notebook's first cell)
+and wait, with a deadline, for the scrape that shows the prepared streams:
+
+- 10.3 «Отставание без готового правила»: ``lag_query``, PromQL for a group's lag in seconds
+  from the exporter's raw series (no ``stream_group:`` recording rule). Prepared: stream
+  ``P + "ex:lag:orders"`` whose group read up to an entry 20 s older than the newest one.
+- 10.4 «Самый тяжёлый ключ»: ``heaviest``, the key under ``P + "ex:big:"`` that takes the most
+  memory (``MEMORY USAGE``), which ``--bigkeys`` (it counts elements per type) does not say.
+- 10.5 «Правило без ложной тревоги»: ``alert_expr``, PromQL that returns a group with a backlog
+  and only idle consumers, and not a quiet group whose consumer is just as idle. Prepared:
+  ``P + "ex:stuck:orders"`` (backlog, idle consumer) and ``P + "ex:quiet:orders"`` (no backlog).
+"""
 
 from __future__ import annotations
 
-from labs.exercises.exercise import Exercise
+import time
+from collections.abc import Mapping
+from typing import Any
 
-EXERCISES: tuple[Exercise, ...] = ()
+import redis
+
+from labs.exercises.exercise import Exercise, Miss, expect
+from labs.launcher.errors import LauncherError
+from labs.launcher.prom_api import PrometheusAPI
+
+GROUP = "billing"
+LAG_STREAM = "ex:lag:orders"
+BIG_PREFIX = "ex:big:"
+STUCK_STREAM = "ex:stuck:orders"
+QUIET_STREAM = "ex:quiet:orders"
+IDLE_THRESHOLD_S = 2.0  # the lab copy's StreamNoLiveConsumer: 120 s / 60
+SCRAPE_WAIT_S = 15.0
+SETUP = ("r", "P", "prom")
+
+
+# -- the preparing cells call these -------------------------------------------------------
+
+
+def prepare_lag(r: redis.Redis, prefix: str, *, behind_s: int = 20) -> str:
+    """10.3: ``P + "ex:lag:orders"``, 30 entries one second apart (ids in the past); the group read up to
+    the entry ``behind_s`` seconds older than the newest. Returns the stream's name."""
+    stream = prefix + LAG_STREAM
+    r.delete(stream)
+    now_ms = int(time.time() * 1000)
+    ids = [f"{now_ms - (29 - i) * 1000}-0" for i in range(30)]
+    for msg_id in ids:
+        r.xadd(stream, {"type": "order.paid", "order_id": "o-1", "amount": "1.00"}, id=msg_id)
+    r.xgroup_create(stream, GROUP, id=ids[29 - behind_s])
+    return stream
+
+
+def prepare_big(r: redis.Redis, prefix: str) -> list[str]:
+    """10.4: under ``P + "ex:big:"`` a hash of 5,000 short fields, a 1 MB string, a list of 20,000 tiny items."""
+    big = prefix + BIG_PREFIX
+    r.delete(*(big + k for k in ("hash", "blob", "list")))
+    r.hset(big + "hash", mapping={f"f{i}": "v" for i in range(5_000)})
+    r.set(big + "blob", "x" * 1_000_000)
+    r.rpush(big + "list", *(["1"] * 20_000))
+    return sorted(str(k) for k in r.scan_iter(match=big + "*"))
+
+
+def prepare_stuck_and_quiet(r: redis.Redis, prefix: str) -> tuple[str, str]:
+    """10.5: both streams had one entry read and acked by consumer ``c1``, which then went quiet;
+    the stuck one got five more entries since. Returns (stuck, quiet)."""
+    streams = prefix + STUCK_STREAM, prefix + QUIET_STREAM
+    for stream in streams:
+        r.delete(stream)
+        first = r.xadd(stream, {"order_id": "o-1"})
+        r.xgroup_create(stream, GROUP, id="0")
+        r.xreadgroup(GROUP, "c1", {stream: ">"}, count=1)
+        r.xack(stream, GROUP, first)
+    for i in range(5):
+        r.xadd(streams[0], {"order_id": f"o-{i + 2}"})
+    return streams
+
+
+# -- the checks ------------------------------------------------------------------------------
+
+
+def _last_ms(stream_id: str) -> int:
+    return int(str(stream_id).split("-", 1)[0])
+
+
+def _query(prom: PrometheusAPI, expr: str) -> list[dict[str, Any]]:
+    expect(isinstance(expr, str) and expr.strip(), "Запрос должен быть строкой PromQL.")
+    try:
+        return prom.query(expr)
+    except LauncherError as exc:
+        raise Miss(f"Prometheus не принял запрос: {exc}") from None
+
+
+def _wait_series(prom: PrometheusAPI, selector: str) -> None:
+    """Wait until Prometheus has scraped what the preparing cell made (a few seconds at most)."""
+    deadline = time.monotonic() + SCRAPE_WAIT_S
+    while not prom.query(selector):
+        expect(time.monotonic() < deadline,
+               "Prometheus так и не увидел подготовленный стрим: выполните готовящую ячейку ещё раз.")
+        time.sleep(0.5)
+
+
+def _for_stream(result: list[dict[str, Any]], stream: str) -> list[dict[str, Any]]:
+    return [s for s in result if s["metric"].get("stream") == stream]
+
+
+def _verify_lag(ns: Mapping[str, Any]) -> str:
+    """10.3: the student's PromQL gives the group's lag in seconds, computed from the two ids."""
+    client, prom, stream = ns["r"], ns["prom"], ns["P"] + LAG_STREAM
+    query = ns["lag_query"]
+    expect(client.exists(stream), "Стрима для задания нет: выполните готовящую ячейку (она перед вашей).")
+    expect("stream_group:" not in str(query),
+           "Задание — без готового правила: соберите отставание из сырых рядов экспортера.")
+    _wait_series(prom, f'redis_stream_group_last_delivered_id{{stream="{stream}"}}')
+    info = client.xinfo_stream(stream)
+    group = next(g for g in client.xinfo_groups(stream) if g["name"] == GROUP)
+    truth_s = (_last_ms(info["last-generated-id"]) - _last_ms(group["last-delivered-id"])) / 1000
+    mine = _for_stream(_query(prom, query), stream)
+    expect(mine, "В ответе нет ряда с меткой stream этого стрима: вычитание потеряло метки? Разность двух "
+                 "рядов с разными наборами меток сопоставляют через on(...) и group_right.")
+    expect(len(mine) == 1 and mine[0]["metric"].get("group") == GROUP,
+           "Ряд для стрима есть, но без метки group (или их несколько): в результате должна остаться "
+           "метка group из redis_stream_group_last_delivered_id.")
+    value = float(mine[0]["value"][1])
+    expect(abs(value - truth_s) < 0.01,
+           "Число не совпадает с разностью ID в Redis. Оба ряда — миллисекунды (время из ID), "
+           "а ответ нужен в секундах.")
+    return (f"Отставание {value:g} с совпало с XINFO: последний выданный ID отстаёт от головы стрима. "
+            "Экспортер 1.45 отдаёт ID как время в мс: этого хватает для отставания во времени, но не в записях.")
+
+
+def _verify_heaviest(ns: Mapping[str, Any]) -> str:
+    """10.4: the key under the prefix with the largest MEMORY USAGE."""
+    client: redis.Redis = ns["r"]
+    prefix = ns["P"] + BIG_PREFIX
+    keys = list(client.scan_iter(match=prefix + "*", count=1000))
+    expect(len(keys) >= 3, "Ключей задания нет: выполните готовящую ячейку (она перед вашей).")
+    usage = {str(k): int(client.memory_usage(k, samples=0) or 0) for k in keys}
+    heaviest = ns["heaviest"]
+    expect(isinstance(heaviest, str), "`heaviest` должен быть именем ключа (строкой).")
+    expect(heaviest in usage, "Такого ключа под префиксом задания нет: берите имена из SCAN с MATCH.")
+    expect(usage[heaviest] == max(usage.values()),
+           "Это не самый тяжёлый ключ по памяти. --bigkeys сравнивает число элементов внутри одного типа, "
+           "а задание — байты: MEMORY USAGE ключа (с SAMPLES 0, чтобы посчитать все элементы).")
+    return (f"{heaviest}: {usage[heaviest]:,} байт — больше всех под префиксом. По числу элементов лидер "
+            "другой: поэтому большие ключи ищут по MEMORY USAGE, а --bigkeys — только первая прикидка.")
+
+
+def _verify_no_false_alarm(ns: Mapping[str, Any]) -> str:
+    """10.5: the expression returns the stuck group and not the quiet one."""
+    client, prom, prefix = ns["r"], ns["prom"], ns["P"]
+    stuck, quiet = prefix + STUCK_STREAM, prefix + QUIET_STREAM
+    expect(client.exists(stuck) and client.exists(quiet),
+           "Стримов задания нет: выполните готовящую ячейку (она перед вашей).")
+    deadline = time.monotonic() + SCRAPE_WAIT_S
+    while True:
+        idle = {s["metric"]["stream"]: float(s["value"][1])
+                for s in prom.query(f'stream_group:consumer_idle_min_seconds{{stream=~"{prefix}ex:.+"}}')}
+        if min(idle.get(stuck, 0.0), idle.get(quiet, 0.0)) > IDLE_THRESHOLD_S:
+            break
+        expect(time.monotonic() < deadline, "Prometheus не видит простоя консьюмеров: выполните готовящую ячейку.")
+        time.sleep(0.5)
+    result = _query(prom, ns["alert_expr"])
+    streams = {s["metric"].get("stream") for s in result}
+    expect(stuck in streams, "Застрявшей группы (бэклог и все консьюмеры молчат) в ответе нет: выражение "
+                             "не сработает на настоящую беду. Нужны и бэклог, и простой.")
+    expect(quiet not in streams, "В ответе тихий стрим: его консьюмер простаивает, но ждать ему нечего. "
+                                 "Простой без бэклога — не авария: сочетайте простой с бэклогом.")
+    return ("Выражение ловит группу с бэклогом и молчащими консьюмерами и молчит о тихом стриме — так устроен "
+            "StreamNoLiveConsumer в monitoring/rules/streams.yml.")
+
+
+EXERCISES: tuple[Exercise, ...] = (
+    Exercise(
+        id="10.3",
+        title="Отставание без готового правила",
+        needs=("lag_query",),
+        setup=SETUP,
+        verify=_verify_lag,
+        hint=(
+            "Экспортер отдаёт redis_stream_last_generated_id{stream} и redis_stream_group_last_delivered_id"
+            "{stream, group} — время из ID в миллисекундах. Вычтите второе из первого, сопоставив ряды "
+            "on (instance, stream) с group_right, и поделите на 1000."
+        ),
+    ),
+    Exercise(
+        id="10.4",
+        title="Самый тяжёлый ключ",
+        needs=("heaviest",),
+        verify=_verify_heaviest,
+        hint=(
+            "r.scan_iter(match=P + 'ex:big:*') даёт ключи, r.memory_usage(key, samples=0) — байты каждого; "
+            "возьмите ключ с наибольшим значением."
+        ),
+    ),
+    Exercise(
+        id="10.5",
+        title="Правило без ложной тревоги",
+        needs=("alert_expr",),
+        setup=SETUP,
+        verify=_verify_no_false_alarm,
+        hint=(
+            "stream_group:lag_entries > 0 — группы с бэклогом; stream_group:consumer_idle_min_seconds — "
+            "простой самого свежего консьюмера. Оставьте из первого то, у чего простой больше 2 с: "
+            "оператор and (или unless) с on (instance, stream, group)."
+        ),
+    ),
+)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from labs.launcher import monitoring_cli
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.ports import DEFAULTS
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down = sub.add_parser("down", help="stop every process the launcher started")
     down.add_argument("topology", choices=(*TOPOLOGIES, "all"), nargs="?", default="all")
+    monitoring_cli.add_parser(sub)
     return parser
 
 
@@ -64,23 +66,15 @@ def _print_status(st: TopologyStatus) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.command == "monitoring":
+        return monitoring_cli.run(args, console)
     if args.command == "up":
-        topo = Topology.from_env(args.topology)
-        before = [p.pid() for p in topo.processes]
-        addrs = topo.ensure()
-        verb = "reused" if all(before) else "started"
-        where = "node" if args.topology == "cluster" else "master"
-        console.print(f"{args.topology}: {verb}; {where} {addrs.url}")
-        if args.topology == "cluster":
-            console.print(f"cluster nodes {', '.join(map(str, addrs.ports))}; 'make status' shows the slots")
-        if addrs.sentinels:
-            listed = ", ".join(f"{h}:{p}" for h, p in addrs.sentinels)
-            console.print(f"sentinels {listed}, master name {addrs.master_name}")
-        return 0
+        return _up(args)
     if args.command == "status":
         shown = [status for name in _names(args.topology) if (status := Topology.from_env(name).status()).running]
         for status in shown:
             _print_status(status)
+        monitoring_cli.print_status(console)
         if not shown:
             console.print(
                 "no topology is running "
@@ -102,10 +96,28 @@ def run(args: argparse.Namespace) -> int:
         if args.hard and not args.no_restart:
             console.print(f"restarted {old[0]}:{old[1]}; the sentinels made it a replica of {new[0]}:{new[1]}")
         return 0
+    if args.topology == "all":
+        monitoring_cli.stop_if_running(console)
     stopped: list[int] = []
     for name in _names(args.topology):
         stopped += Topology.from_env(name).stop()
     console.print(f"stopped {len(stopped)} process(es)" + (f": pids {stopped}" if stopped else ""))
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    topo = Topology.from_env(args.topology)
+    before = [p.pid() for p in topo.processes]
+    addrs = topo.ensure()
+    verb = "reused" if all(before) else "started"
+    where = "node" if args.topology == "cluster" else "master"
+    console.print(f"{args.topology}: {verb}; {where} {addrs.url}")
+    if args.topology == "cluster":
+        console.print(f"cluster nodes {', '.join(map(str, addrs.ports))}; 'make status' shows the slots")
+    if addrs.sentinels:
+        listed = ", ".join(f"{h}:{p}" for h, p in addrs.sentinels)
+        console.print(f"sentinels {listed}, master name {addrs.master_name}")
+    monitoring_cli.refresh_if_running(console)
     return 0
 
 

@@ -9,6 +9,8 @@ The defaults stay away from 6379 so that a student's own Redis is never touched.
 | sentinel | master, replica | 6392, 6393 | ``LAB_SENTINEL_MASTER_PORT``, ``LAB_SENTINEL_REPLICA_PORT`` |
 | sentinel | three sentinels | 26390-26392 | ``LAB_SENTINEL_PORTS`` (comma-separated) |
 | cluster | 3 masters + 3 replicas | 6400-6405 (bus ports +10000) | ``LAB_CLUSTER_PORTS`` (comma-separated) |
+| monitoring | Prometheus | 9390 | ``LAB_PROMETHEUS_PORT`` |
+| monitoring | one exporter per node | 9391+ | ``LAB_EXPORTER_PORTS`` (the first port, or comma-separated) |
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ SENTINEL_PORTS_VAR = "LAB_SENTINEL_PORTS"
 CLUSTER_PORTS_VAR = "LAB_CLUSTER_PORTS"
 # A cluster node also listens on its cluster bus port, always its port + 10000.
 CLUSTER_BUS_OFFSET = 10000
+PROMETHEUS_PORT_VAR = "LAB_PROMETHEUS_PORT"
+EXPORTER_PORTS_VAR = "LAB_EXPORTER_PORTS"
 
 DEFAULTS: dict[str, str] = {
     SINGLE_PORT_VAR: "6390",
@@ -34,6 +38,8 @@ DEFAULTS: dict[str, str] = {
     REPLICA_PORT_VAR: "6393",
     SENTINEL_PORTS_VAR: "26390,26391,26392",
     CLUSTER_PORTS_VAR: "6400,6401,6402,6403,6404,6405",
+    PROMETHEUS_PORT_VAR: "9390",
+    EXPORTER_PORTS_VAR: "9391",
 }
 
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,86 @@ def is_redis(pid: int) -> bool:
     return False
 
 
+def signal_and_wait(name: str, pid: int, sig: int, timeout_s: float) -> float:
+    """Send ``sig`` to ``pid`` and wait until it is gone, with SIGKILL after ``timeout_s``; the deadline reached."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            if sig == signal.SIGKILL:
+                raise LauncherError(f"{name} (pid {pid}) survived SIGKILL")
+            log.warning("%s (pid %s) ignored signal %s; sending SIGKILL", name, pid, sig)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            sig, deadline = signal.SIGKILL, time.monotonic() + timeout_s
+        time.sleep(POLL_S)
+    return deadline
+
+
+def live_pid(pidfile: Path, looks_right: Callable[[int], bool]) -> int | None:
+    """The pid in ``pidfile`` while that process runs and ``looks_right``; a stale file is removed."""
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if pid_alive(pid) and looks_right(pid):
+        return pid
+    log.info("removing stale pid file %s (pid %s is gone)", pidfile, pid)
+    pidfile.unlink(missing_ok=True)
+    return None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What :func:`launch` starts: a process, its port (and the variable that moves it), its files."""
+
+    name: str
+    port: int
+    port_var: str
+    argv: tuple[str, ...]
+    home: Path
+    pidfile: Path
+    logfile: Path
+    log_lines: int = 8
+
+
+def launch(spec: Launch, ready: Callable[[], bool], probe: str, timeout_s: float = START_TIMEOUT_S) -> int:
+    """Start ``spec.argv`` in its own session (log and pid file under ``home``), wait until ``ready()``; its pid.
+
+    A busy port, an exit at start, or no answer in time each raise one :class:`LauncherError` line.
+    """
+    from labs.launcher import ports  # local: keeps the module graph flat
+
+    if ports.in_use(spec.port):
+        raise LauncherError(
+            f"port {spec.port} is in use by another process; "
+            f"set {spec.port_var} to a free port (or stop what listens there)"
+        )
+    with spec.logfile.open("ab") as out:
+        proc = subprocess.Popen(list(spec.argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=spec.home)
+    spec.pidfile.write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            spec.pidfile.unlink(missing_ok=True)
+            raise LauncherError(
+                f"{spec.name} (port {spec.port}) exited with code {proc.returncode} at start; "
+                f"{spec.logfile}: {log_tail(spec.logfile, spec.log_lines)}"
+            )
+        if ready():
+            log.info("started %s on port %s (pid %s)", spec.name, spec.port, proc.pid)
+            return proc.pid
+        time.sleep(POLL_S)
+    signal_and_wait(spec.name, proc.pid, signal.SIGKILL, STOP_TIMEOUT_S)
+    spec.pidfile.unlink(missing_ok=True)
+    raise LauncherError(
+        f"{spec.name} (port {spec.port}) did not answer {probe} within {timeout_s:.0f} s; "
+        f"{spec.logfile}: {log_tail(spec.logfile, spec.log_lines)}"
+    )
+
+
 def log_tail(path: Path, lines: int = 8) -> str:
     """The last lines of a log, joined with `` | `` so that an error stays one line."""
     if not path.exists():
@@ -100,15 +181,7 @@ class RedisProcess:
 
     def pid(self) -> int | None:
         """The pid from the pid file when that process still runs; a stale file is removed."""
-        try:
-            pid = int(self.pidfile.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        if pid_alive(pid) and is_redis(pid):
-            return pid
-        log.info("removing stale pid file %s (pid %s is gone)", self.pidfile, pid)
-        self.pidfile.unlink(missing_ok=True)
-        return None
+        return live_pid(self.pidfile, is_redis)
 
     def client(self, timeout_s: float = 1.0) -> redis.Redis:
         """A short-timeout client for probes, without retries; the caller closes it.
@@ -134,59 +207,17 @@ class RedisProcess:
 
     def start(self, port_var: str) -> int:
         """Start the process from its config and wait until it answers PING."""
-        from labs.launcher import ports  # local: keeps the module graph flat
-
-        if ports.in_use(self.port):
-            raise LauncherError(
-                f"port {self.port} is in use by another process; "
-                f"set {port_var} to a free port (or stop what listens there)"
-            )
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with self.logfile.open("ab") as out:
-            proc = subprocess.Popen(
-                [self.binary, str(self.conf)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=self.home,
-            )
-        self.pidfile.write_text(f"{proc.pid}\n")
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                self.pidfile.unlink(missing_ok=True)
-                raise LauncherError(
-                    f"{self.name} (port {self.port}) exited with code {proc.returncode} at start; "
-                    f"{self.logfile}: {log_tail(self.logfile)}"
-                )
-            if self.ping():
-                log.info("started %s on port %s (pid %s)", self.name, self.port, proc.pid)
-                return proc.pid
-            time.sleep(POLL_S)
-        self.kill(signal.SIGKILL)
-        raise LauncherError(
-            f"{self.name} (port {self.port}) did not answer PING within {START_TIMEOUT_S:.0f} s; "
-            f"{self.logfile}: {log_tail(self.logfile)}"
-        )
+        spec = Launch(self.name, self.port, port_var, (self.binary, str(self.conf)), self.home, self.pidfile,
+                      self.logfile)
+        return launch(spec, self.ping, "PING")
 
     def kill(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
         """Send ``sig`` and wait until the process is gone; return the pid it had."""
         pid = self.pid()
         if pid is None:
             return None
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + timeout_s
-        while pid_alive(pid):
-            if time.monotonic() > deadline:
-                if sig == signal.SIGKILL:
-                    raise LauncherError(f"{self.name} (pid {pid}) survived SIGKILL")
-                log.warning("%s (pid %s) ignored signal %s; sending SIGKILL", self.name, pid, sig)
-                os.kill(pid, signal.SIGKILL)
-                deadline = time.monotonic() + timeout_s
-                sig = signal.SIGKILL
-            time.sleep(POLL_S)
+        deadline = signal_and_wait(self.name, pid, sig, timeout_s)
         self.pidfile.unlink(missing_ok=True)
         self._wait_port_closed(deadline)
         return pid
