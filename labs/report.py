@@ -25,6 +25,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 ROOT = Path(__file__).resolve().parents[1]
+PIPE_WIDTH = 320  # piped or redirected output: tables this wide, long lines never wrapped
 REPORTS_DIR_VAR = "LAB_REPORTS_DIR"
 CHECK_COLUMNS = ("check", "result", "detail")
 
@@ -202,6 +203,15 @@ def write_report(report: Report, reports_dir: Path | None = None) -> ReportPaths
     return paths
 
 
+def make_console() -> Console:
+    """A rich console for a lab's output: a terminal's own width; piped or redirected (``| tee``, CI),
+    no wrapping at 80 columns, so a check's reason and a table's rows stay one line each."""
+    console = Console(highlight=False)
+    if console.is_terminal:
+        return console
+    return Console(highlight=False, width=PIPE_WIDTH, soft_wrap=True)
+
+
 def print_report(console: Console, report: Report, *, max_rows: int = 20) -> None:
     """The checks and tables as rich tables in the terminal (long tables cut to ``max_rows``)."""
     if report.checks:
@@ -230,7 +240,8 @@ def print_checks(console: Console, checks: Sequence[Check]) -> int:
     """
     for check in checks:
         style = "bold green" if check.passed else "bold red"
-        console.print(f"[{style}]{_verdict(check)}[/]  {escape(check.name)}\n      {escape(check.detail)}")
+        console.print(f"[{style}]{_verdict(check)}[/]  {escape(check.name)}\n      {escape(check.detail)}",
+                      soft_wrap=True)
     failed = sum(not c.passed for c in checks)
     console.print(f"{len(checks) - failed} passed, {failed} failed")
     return 1 if failed else 0

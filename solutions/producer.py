@@ -1,11 +1,35 @@
 """``billing-producer``: order events at a steady rate (also ``python -m solutions.producer``).
 
-Each event gets a unique ``event_id``. With ``--wait-replicas N`` every ``XADD`` is followed
-by ``WAIT N timeout`` on the same connection (one pipeline), and the send counts as
-*confirmed* only when at least N replicas acknowledged it; otherwise, or when the XADD
-itself failed with a connection error, its outcome is *unknown* (it may or may not be in
-the stream). ``--log PATH`` gets one JSON line per send: ``event_id``, ``msg_id``,
-``time``, ``status`` (``confirmed`` / ``unknown``), ``order_id``, ``amount``, ``replicas``.
+Each event gets a unique ``event_id``. One *attempt* to send it is ``XADD`` and, with
+``--wait-replicas N``, ``WAIT N timeout`` on the same connection (one pipeline). An attempt
+ends in one of three statuses:
+
+- ``confirmed``: the XADD returned an id (and, with ``--wait-replicas N``, at least N replicas
+  acknowledged it);
+- ``refused``: Redis replied to the XADD with an error (``OOM``, ``READONLY``, ``LOADING`` ...):
+  the entry is known NOT to be in the stream, so sending it again cannot duplicate it;
+- ``unknown``: the connection failed or timed out around the XADD, or WAIT saw fewer than N
+  replicas: the entry may or may not be (or stay) in the stream.
+
+``--resend N`` sends an event whose attempt was ``unknown`` or ``refused`` again, with the
+same ``event_id`` and fields, up to N more times (with backoff), until one attempt is
+confirmed, as a producer that must not drop an event does. A re-sent ``unknown`` may put the
+event into the stream twice: that duplicate is the consumer's to absorb (dedupe by
+``event_id``). Without ``--resend`` (the default, 0) each event is sent once. A re-send in
+progress stops at SIGINT/SIGTERM.
+
+``--log PATH`` gets one JSON line per *attempt* (appended, flushed at once)::
+
+    {"event_id": "9f0c...", "attempt": 1, "status": "unknown", "msg_id": null,
+     "replicas": null, "error": "ConnectionError: Connection closed by server.",
+     "time": 1718000000.123, "order_id": "order-42", "amount": "12.34"}
+
+``attempt`` counts from 1 (the first send; 2 and more are re-sends of the same event);
+``msg_id`` is the id the XADD returned (null when it did not return one); ``replicas`` is
+WAIT's reply (null without ``--wait-replicas``); ``error`` says why an attempt was not
+confirmed (null when it was); ``time`` is the unix time when the attempt ended. An event's
+outcome is its best attempt: confirmed if any attempt was, else refused if every attempt
+was, else unknown. The exit code is 1 when no event was confirmed at all.
 """
 
 from __future__ import annotations
@@ -24,19 +48,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from redis.exceptions import BusyLoadingError, ResponseError
+
 from solutions.cli import HelpFormatter, Parser, address, redis_url
-from solutions.connection import Backoff, Client, Streak, connect
+from solutions.connection import Backoff, Client, Streak, connect, describe
 from solutions.failover_watch import FailoverWatch
 from solutions.settings import DEFAULT_REDIS_URL, SOCKET_MARGIN_S, env_default
 
 log = logging.getLogger("solutions.producer")
 
 
+CONFIRMED, UNKNOWN, REFUSED = "confirmed", "unknown", "refused"
+
+
 @dataclass
 class Tally:
+    """Events by outcome (each event counted once, by its best attempt), and re-sent attempts."""
+
     attempted: int = 0
     confirmed: int = 0
     unknown: int = 0
+    refused: int = 0
+    resent: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended: its status, the id and replica count Redis gave, and why if not confirmed."""
+
+    status: str
+    msg_id: str | None = None
+    replicas: int | None = None
+    error: str | None = None
 
 
 def make_event(order_count: int) -> dict[str, str]:
@@ -62,44 +105,72 @@ class Producer:
         self.backoff = Backoff(base_s=0.05, cap_s=1.0)
         self.streak = Streak(log, "XADD")
 
-    async def send(self, event: dict[str, str]) -> None:
-        """``XADD stream [MAXLEN ~ n] * fields`` then, if asked, ``WAIT n timeout``: one pipeline."""
-        a = self.args
+    async def send(self, event: dict[str, str], stop: asyncio.Event | None = None) -> str:
+        """Send one event: a first attempt, then up to ``--resend`` re-sends until one is confirmed.
+
+        Returns the event's outcome (``confirmed``, ``refused`` when every attempt was refused,
+        else ``unknown``). Every attempt is logged.
+        """
+        statuses: list[str] = []
+        for attempt in range(1, self.args.resend + 2):
+            if attempt > 1:
+                if stop is not None and stop.is_set():
+                    break
+                self.tally.resent += 1
+            outcome = await self.attempt(event)
+            statuses.append(outcome.status)
+            self._log(event, attempt, outcome)
+            if outcome.status == CONFIRMED:
+                self.backoff.reset()
+                break
+            await self.backoff.sleep()
+        final = CONFIRMED if CONFIRMED in statuses else REFUSED if set(statuses) == {REFUSED} else UNKNOWN
         self.tally.attempted += 1
-        msg_id: str | None = None
-        replicas: int | None = None
+        setattr(self.tally, final, getattr(self.tally, final) + 1)
+        return final
+
+    async def attempt(self, event: dict[str, str]) -> Outcome:
+        """``XADD stream [MAXLEN ~ n] * fields`` then, if asked, ``WAIT n timeout``: one pipeline, one outcome."""
+        a = self.args
         try:
             async with self.client.pipeline(transaction=False) as pipe:
                 pipe.xadd(a.stream, event, maxlen=a.maxlen, approximate=True)  # type: ignore[arg-type]
                 if a.wait_replicas:
                     pipe.wait(a.wait_replicas, a.wait_timeout_ms)
-                replies: list[Any] = await pipe.execute()
-            raw_id = replies[0]
-            msg_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
-            replicas = int(replies[1]) if a.wait_replicas else None
-            self.backoff.reset()
-            self.streak.recovered()
-        except Exception as exc:  # each send's outcome is in --log; stderr gets one line per streak
+                replies: list[Any] = await pipe.execute(raise_on_error=False)
+        except BusyLoadingError as exc:  # a -LOADING reply: the XADD was not executed
             self.streak.failed(exc)
-            await self.backoff.sleep()
-        ok = msg_id is not None and (not a.wait_replicas or (replicas or 0) >= a.wait_replicas)
-        if ok:
-            self.tally.confirmed += 1
-        else:
-            self.tally.unknown += 1
-        self._log(event, msg_id, "confirmed" if ok else "unknown", replicas)
+            return Outcome(REFUSED, error=describe(exc))
+        except Exception as exc:  # each attempt's outcome is in --log; stderr gets one line per streak
+            self.streak.failed(exc)
+            return Outcome(UNKNOWN, error=describe(exc))
+        if isinstance(replies[0], ResponseError):  # OOM, READONLY ...: Redis did not write the entry
+            self.streak.failed(replies[0])
+            return Outcome(REFUSED, error=describe(replies[0]))
+        self.streak.recovered()
+        raw_id = replies[0]
+        msg_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+        if not a.wait_replicas:
+            return Outcome(CONFIRMED, msg_id)
+        replicas = None if isinstance(replies[1], Exception) else int(replies[1])
+        if replicas is not None and replicas >= a.wait_replicas:
+            return Outcome(CONFIRMED, msg_id, replicas)
+        why = describe(replies[1]) if replicas is None else f"WAIT: {replicas} of {a.wait_replicas} replicas acked"
+        return Outcome(UNKNOWN, msg_id, replicas, why)
 
-    def _log(self, event: dict[str, str], msg_id: str | None, status: str, replicas: int | None) -> None:
+    def _log(self, event: dict[str, str], attempt: int, outcome: Outcome) -> None:
         if self.out is None:
             return
         record = {
             "event_id": event["event_id"],
-            "msg_id": msg_id,
+            "attempt": attempt,
+            "status": outcome.status,
+            "msg_id": outcome.msg_id,
+            "replicas": outcome.replicas,
+            "error": outcome.error,
             "time": time.time(),
-            "status": status,
             "order_id": event["order_id"],
             "amount": event["amount"],
-            "replicas": replicas,
         }
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
@@ -110,7 +181,7 @@ class Producer:
         interval_s = 1.0 / a.rate if a.rate > 0 else 0.0
         started = time.monotonic()
         while not stop.is_set() and (a.count is None or self.tally.attempted < a.count):
-            await self.send(make_event(a.orders))
+            await self.send(make_event(a.orders), stop)
             if interval_s:
                 delay_s = started + self.tally.attempted * interval_s - time.monotonic()
                 if delay_s > 0:
@@ -144,8 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--maxlen", type=int, default=None, help="approximate MAXLEN ~ per XADD (default: no trim)")
     p.add_argument("--wait-replicas", type=int, default=0, help="WAIT for this many replicas after each XADD")
     p.add_argument("--wait-timeout-ms", type=int, default=1000, help="WAIT timeout")
+    p.add_argument("--resend", type=int, default=0, metavar="N",
+                   help="send an event whose attempt was unknown or refused again, same event_id, up to N more "
+                   "times (0: never)")
     p.add_argument("--orders", type=int, default=100, help="distinct order_id values to spread events over")
-    p.add_argument("--log", type=Path, default=None, help="one JSON line per send (confirmed or unknown)")
+    p.add_argument("--log", type=Path, default=None, help="one JSON line per attempt (see the module docstring)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING ...")
     return p
 
@@ -173,7 +247,8 @@ async def _amain(args: argparse.Namespace) -> Tally:
         if out is not None:
             out.close()
         await client.aclose()
-    log.info("producer done: attempted=%s confirmed=%s unknown=%s", tally.attempted, tally.confirmed, tally.unknown)
+    log.info("producer done: attempted=%s confirmed=%s unknown=%s refused=%s resent=%s", tally.attempted,
+             tally.confirmed, tally.unknown, tally.refused, tally.resent)
     return tally
 
 
@@ -181,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.maxlen is not None and args.maxlen <= 0:
         build_parser().error("--maxlen must be > 0 (leave it out for no trimming)")
+    if args.resend < 0:
+        build_parser().error("--resend must be >= 0")
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,

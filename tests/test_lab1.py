@@ -76,7 +76,7 @@ def test_quick_lab_passes_and_writes_its_report(tmp_path: Path, capsys: pytest.C
     }
     report = json.loads((folder / "report.json").read_text())
     assert report["passed"] is True
-    assert len(report["checks"]) == 6
+    assert len(report["checks"]) == 7
     sent = [json.loads(line) for line in (folder / "producer-log.jsonl").read_text().splitlines()]
     work = [json.loads(line) for line in (folder / "work-log.jsonl").read_text().splitlines()]
     assert {s["counter"] for s in sent} == {w["counter"] for w in work if w["ok"]}
@@ -86,6 +86,8 @@ def test_quick_lab_passes_and_writes_its_report(tmp_path: Path, capsys: pytest.C
     survival = {r["topology"]: r for r in report["data"]["persistence"]}
     assert survival["single"]["survived"] == 0 and survival["aof"]["lost"] == 0
     assert set(report["data"]["latency"]) == {"no MAXLEN", "MAXLEN ~ 10000", "MAXLEN = 10000"}
+    assert report["data"]["maxlen_zero"] == {"filled": 25_000, "approximate": [15_001, 5_002], "exact": 0}
+    assert any("MAXLEN ~ 0" in note and "15,001" in note for note in report["notes"])
     html = (folder / "report.html").read_text()
     assert html.count('class="plotly-graph-div"') == 3
 
@@ -121,3 +123,13 @@ def test_backlog_is_written_before_the_consumers_and_drains(
     assert backlog_sent <= min(h.t_s for h in rec.handled)  # all written before any work began
     assert max(lags) > 0 == int(redis_client.xinfo_groups(stream)[0]["lag"])
     assert result.produce_s + result.drain_s >= 100 * 0.020 / 2  # the work took its time
+
+
+def test_maxlen_zero_trims_at_most_10000_per_call_unless_exact(redis_client: redis.Redis, key_prefix: str) -> None:
+    """redis-py's xadd(maxlen=0) sends MAXLEN ~ 0: 25,000 entries -> 15,001 -> 5,002; exact MAXLEN 0 empties."""
+    from labs.lab1.maxlen_zero import measure, note
+
+    m = measure(redis_client, f"{key_prefix}trap")
+    assert (m.filled, m.approximate, m.exact) == (25_000, (15_001, 5_002), 0)
+    assert redis_client.exists(f"{key_prefix}trap") == 0
+    assert "25,000 -> 15,001 -> 5,002" in note(m)

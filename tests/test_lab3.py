@@ -1,8 +1,9 @@
 """Lab 3: the quick lab once on the session's Sentinel topology, and its invariants.
 
-The lab runs every mode (normal, failover with and without WAIT, SIGTERM) with every dedupe
-strategy; the assertions are the ones the course promises: with ``sqlite`` nothing lost and
-nothing charged twice, ``drain complete`` on SIGTERM, XPENDING empty at the end, and a report
+The lab runs every mode (normal, crash, failover with and without WAIT, SIGTERM) with every
+dedupe strategy; the assertions are the ones the course promises: with ``sqlite`` nothing lost
+and nothing charged twice, while ``none`` charges twice what the crash and the producer's
+re-sends deliver twice; ``drain complete`` on SIGTERM, XPENDING empty at the end, and a report
 written in three formats.
 """
 
@@ -17,9 +18,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from labs import launcher
 from labs.lab3 import run_lab
-from labs.lab3.probe import master_client
+from labs.lab3.deployment import SentinelDeployment
 from labs.lab3.run import Lab3Report, _progress_fn
 from labs.lab3.runner import delete_keys
 
@@ -52,12 +52,12 @@ def test_progress_without_a_terminal_is_one_line_per_step() -> None:
     ]
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.failover, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.failover, pytest.mark.timeout(480)]
 
 
 def test_sqlite_loses_nothing_and_charges_once_in_every_mode(lab: Lab3Report) -> None:
     sqlite = [r for r in lab.runs.runs if r.strategy == "sqlite"]
-    assert {r.variant for r in sqlite} == {"normal", "failover", "failover+wait", "sigterm"}
+    assert {r.variant for r in sqlite} == {"normal", "crash", "failover", "failover+wait", "sigterm"}
     for run in sqlite:
         assert run.result.confirmed > 100, run.variant
         # Without WAIT a kill -9 may drop the last confirmed writes in Redis itself (no worker can
@@ -67,22 +67,41 @@ def test_sqlite_loses_nothing_and_charges_once_in_every_mode(lab: Lab3Report) ->
         assert run.result.duplicated == 0, (run.variant, run.result)
 
 
+def test_the_lab_makes_duplicates_that_only_dedupe_absorbs(lab: Lab3Report) -> None:
+    """The crash (kill -9 between a charge and its XACK) and the producer's re-sends around the
+    failover deliver events twice: ``none`` charges them twice, ``sqlite`` once."""
+    by = {(r.variant, r.strategy): r.result for r in lab.runs.runs}
+    crash_none = by[("crash", "none")]
+    assert crash_none.crash_held and crash_none.duplicated >= 1, crash_none
+    wait_none = by[("failover+wait", "none")]
+    assert wait_none.resent > 0 and wait_none.duplicate_deliveries > 0 and wait_none.duplicated > 0, wait_none
+    for variant in ("crash", "failover+wait"):
+        assert by[(variant, "sqlite")].duplicate_deliveries > 0 and by[(variant, "sqlite")].duplicated == 0
+    notes = " ".join(lab.report.notes)
+    assert "Crash mode: kill -9 of billing-2" in notes and "re-sent" in notes
+
+
+def test_failures_are_counted_from_redis(lab: Lab3Report) -> None:
+    for run in (r for r in lab.runs.runs if r.variant == "normal"):
+        assert run.result.failed_attempts > 0 and run.result.failed_redelivered > 0, run.result
+
+
 def test_sigterm_drains_and_exits_zero(lab: Lab3Report) -> None:
     for run in (r for r in lab.runs.runs if r.variant == "sigterm"):
         victim = [e for e in run.result.exits if e["consumer"] == "billing-2"]
-        assert victim and victim[0]["code"] == 0, run.result.exits
+        assert victim and victim[0]["code"] == 0 and victim[0]["drain_logged"], run.result.exits
         log = (run.home / "billing-2.log").read_text()
         assert "drain complete" in log
         assert run.result.acked_not_done == 0
 
 
 def test_xpending_is_empty_at_the_end(lab: Lab3Report) -> None:
-    addrs = launcher.ensure("sentinel")
-    client = master_client(addrs.sentinels, addrs.master_name or "mymaster")
+    site = SentinelDeployment()
+    site.ensure()
+    client = site.client()
     try:
         for run in lab.runs.runs:
-            stream = f"lab3:{lab.runs.run_id}:r{run.repeat}:{run.home.name}:orders"
-            assert client.xpending(stream, "billing")["pending"] == 0, stream
+            assert client.xpending(run.stream, "billing")["pending"] == 0, run.stream
             assert run.result.pending_end == 0 and run.result.lag_end == 0
     finally:
         client.close()
@@ -101,10 +120,10 @@ def test_report_files_exist_and_parse(lab: Lab3Report) -> None:
     data = json.loads(Path(lab.paths.json).read_text())
     results = data["data"]["results"]
     for strategy in ("none", "redis", "sqlite"):
-        assert {"normal", "failover", "sigterm"} <= set(results[strategy])
+        assert {"normal", "crash", "failover", "sigterm"} <= set(results[strategy])
         assert results[strategy]["normal"]["summary"]["lost"]["max"] == 0
     markdown = Path(lab.paths.markdown).read_text()
-    assert "Three modes" in markdown and "| failover+wait | sqlite |" in markdown
+    assert "Four modes" in markdown and "| failover+wait | sqlite |" in markdown
     page = Path(lab.paths.html).read_text()
     assert "Plotly.newPlot" in page and not re.search(r"<script[^>]+src=\"https?://", page)  # offline
     assert (lab.paths.folder / "cells" / "r1" / "normal-sqlite" / "producer.jsonl").exists()

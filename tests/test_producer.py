@@ -1,4 +1,4 @@
-"""billing-producer: rate, count, unique event ids, approximate MAXLEN, WAIT confirmations, the JSON log."""
+"""billing-producer: rate, count, unique event ids, approximate MAXLEN, WAIT confirmations, re-sends, the JSON log."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ import re
 import signal
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
 from billing_support import ROOT, spawn, stop_process, wait_until
 
 from labs.launcher.ports import free_port
+from labs.launcher.topology import Topology
 
 
 def run_producer(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -32,6 +35,7 @@ def test_count_log_and_unique_event_ids(redis_url: str, key_prefix: str, tmp_pat
     assert done.returncode == 0, done.stderr.decode()
     sent = records(log)
     assert len(sent) == 300 and {r["status"] for r in sent} == {"confirmed"}
+    assert {r["attempt"] for r in sent} == {1} and {r["error"] for r in sent} == {None}
     entries = client.xrange(stream)
     assert [r["msg_id"] for r in sent] == [i for i, _ in entries]
     assert len({f["event_id"] for _, f in entries}) == 300
@@ -125,3 +129,47 @@ def test_bad_url_and_help() -> None:
     text = " ".join(run_producer("--help").stdout.decode().split())
     assert "(default: None)" not in text and "(default: until SIGINT)" in text
     assert not re.search(r"\(default: [^)]*\) \(default:", text)
+
+
+def test_resend_repeats_an_unknown_send_with_the_same_event_id(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
+    """WAIT 1 on a server without replicas: every attempt is written but unconfirmed, so it is re-sent,
+    and the stream ends up holding each event three times: the duplicates a consumer must absorb."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    stream, log = f"{key_prefix}orders", tmp_path / "sent.jsonl"
+    done = run_producer("--redis-url", redis_url, "--stream", stream, "--rate", "0", "--count", "2",
+                        "--wait-replicas", "1", "--wait-timeout-ms", "20", "--resend", "2", "--log", str(log))
+    assert done.returncode == 1
+    sent = records(log)
+    assert [r["attempt"] for r in sent] == [1, 2, 3, 1, 2, 3]
+    assert [r["event_id"] for r in sent][:3] == [sent[0]["event_id"]] * 3 != [r["event_id"] for r in sent][3:]
+    assert {r["status"] for r in sent} == {"unknown"}
+    assert {r["error"] for r in sent} == {"WAIT: 0 of 1 replicas acked"}
+    in_stream = Counter(f["event_id"] for _, f in client.xrange(stream))
+    assert sorted(in_stream.values()) == [3, 3]  # each attempt was written: an unknown is not a refusal
+    assert [r["msg_id"] for r in sent] == [i for i, _ in client.xrange(stream)]
+    assert "attempted=2 confirmed=0 unknown=2 refused=0 resent=4" in done.stderr.decode()
+
+
+def test_resend_stops_at_the_first_confirmed_attempt_after_a_refusal(
+    topology_factory: Callable[..., Topology], tmp_path: Path
+) -> None:
+    """OOM refuses the XADD (refused: known not written, safe to re-send); once memory is back the
+    next re-send is confirmed, and the event is in the stream exactly once."""
+    topo = topology_factory("single")
+    client = redis.Redis.from_url(topo.url, decode_responses=True)
+    client.config_set("maxmemory", 1)  # below used_memory: every denyoom command (XADD) is refused
+    log = tmp_path / "sent.jsonl"
+    proc = spawn("solutions.producer", "--redis-url", topo.url, "--stream", "orders", "--rate", "0", "--count", "1",
+                 "--resend", "50", "--log", str(log), log_path=tmp_path / "producer.log")
+    try:
+        wait_until(lambda: log.exists() and len(records(log)) >= 2, 20, "two refused attempts")
+        client.config_set("maxmemory", 0)
+        assert proc.wait(30) == 0
+    finally:
+        stop_process(proc)
+    sent = records(log)
+    assert {r["event_id"] for r in sent} == {sent[0]["event_id"]}
+    assert [r["status"] for r in sent[:-1]] == ["refused"] * (len(sent) - 1) and sent[-1]["status"] == "confirmed"
+    assert sent[0]["error"].startswith("OutOfMemoryError: ") and sent[0]["msg_id"] is None
+    assert [r["attempt"] for r in sent] == list(range(1, len(sent) + 1))
+    assert [f["event_id"] for _, f in client.xrange("orders")] == [sent[0]["event_id"]]

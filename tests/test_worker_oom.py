@@ -323,7 +323,7 @@ def test_sqlite_dedupe_keeps_charging_under_oom(url: str, server: redis.Redis, t
 # -- 4. the producer --------------------------------------------------------------------------------
 
 
-def test_producer_records_refused_sends_as_not_confirmed_in_one_line(
+def test_producer_records_refused_sends_as_refused_in_one_line(
     url: str, server: redis.Redis, tmp_path: Path
 ) -> None:
     s = settings(url, "t:", tmp_path / "ledger.sqlite3")
@@ -337,7 +337,9 @@ def test_producer_records_refused_sends_as_not_confirmed_in_one_line(
     )
     assert done.returncode == 1, done.stderr  # none of its sends was confirmed
     sent = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [(r["status"], r["msg_id"]) for r in sent] == [("unknown", None)] * 5
+    # Refused, not unknown: Redis answered OOM, so the entry is known not to be in the stream.
+    assert [(r["status"], r["msg_id"], r["attempt"]) for r in sent] == [("refused", None, 1)] * 5
+    assert all(r["error"].startswith("OutOfMemoryError: ") for r in sent)
     lines = done.stderr.splitlines()
     assert "Traceback" not in done.stderr
     oom_lines = [line for line in lines if OOM_TEXT in line]

@@ -18,17 +18,16 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-import redis
-from rich.console import Console
 from rich.markup import escape
 
 from labs.lab1.checks import evaluate
-from labs.lab1.impl import REFERENCE, ImplError, load_impl, probe_block, probe_producer
+from labs.lab1.client import client as naming_client
+from labs.lab1.impl import REFERENCE, ImplError, load_impl, probe_block, probe_group, probe_producer
 from labs.lab1.scenario import run_scenario
 from labs.lab1.settings import PRESETS
 from labs.launcher.errors import LauncherError
 from labs.launcher.topology import Topology
-from labs.report import Check, print_checks
+from labs.report import Check, make_console, print_checks
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +40,10 @@ def run_checks(impl_spec: str, redis_url: str, *, preset: str = "smoke") -> list
         return [Check("load the implementation", False, str(exc))]
     prefix = f"lab1check:{uuid.uuid4().hex[:8]}:"
     settings = PRESETS[preset]
-    with contextlib.closing(redis.Redis.from_url(redis_url, decode_responses=True)) as client:
+    with contextlib.closing(naming_client(redis_url, socket_timeout_s=settings.socket_timeout_s)) as client:
         try:
             checks = [Check("load the implementation", True, impl_spec)]
+            checks.append(probe_group(impl, client, f"{prefix}probe-group", "billing"))
             checks.append(probe_producer(impl, client, f"{prefix}probe-produce"))
             checks.append(probe_block(impl, client, f"{prefix}probe-block", "billing"))
             result = run_scenario(impl, redis_url, settings, stream=f"{prefix}orders")
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    console = Console(highlight=False)
+    console = make_console()
     try:
         url = args.redis_url or Topology.from_env("aof").ensure().url
     except LauncherError as exc:

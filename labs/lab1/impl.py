@@ -4,9 +4,10 @@ An implementation is a module with the starter's functions (``ensure_group``,
 ``produce_one``, ``consume_once``, ``rescue_once``): the reference ``solutions.lab1``, the
 starter ``labs.lab1.starter``, or a student's file such as ``my_lab1.py``.
 
-The probes check what a whole run cannot see clearly: that ``produce_one`` trims with an
-approximate ``MAXLEN`` and puts the counter in the fields, and that ``consume_once`` waits
-with ``BLOCK`` on an empty stream and treats the empty reply as normal.
+The probes check what a whole run cannot see clearly: that ``ensure_group`` creates the group
+from the stream's start (with ``MKSTREAM``) and says whether it did, that ``produce_one`` trims
+with an approximate ``MAXLEN`` and puts the counter in the fields, and that ``consume_once``
+waits with ``BLOCK`` on an empty stream and treats the empty reply as normal.
 """
 
 from __future__ import annotations
@@ -61,6 +62,30 @@ def load_impl(spec: str = REFERENCE) -> ModuleType:
 
 def _never(msg_id: str, fields: Mapping[str, str], worker: str) -> None:
     raise AssertionError(f"{worker} handled {msg_id} from an empty stream")
+
+
+def probe_group(impl: ModuleType, client: redis.Redis, stream: str, group: str) -> Check:
+    """``ensure_group`` creates the group at ``0`` with ``MKSTREAM`` and returns True; called again, False."""
+    name = "ensure_group: XGROUP CREATE ... 0 MKSTREAM, True when created, False when it existed (BUSYGROUP)"
+    client.delete(stream)
+    try:
+        first = impl.ensure_group(client, stream, group)
+        client.xadd(stream, {"probe": "1"})  # the group starts at 0: it must see an entry added before a read
+        again = impl.ensure_group(client, stream, group)
+        groups = client.xinfo_groups(stream)
+        lag = int(groups[0].get("lag") or 0) if groups else 0
+    except Exception as exc:
+        return Check(name, False, f"{type(exc).__name__}: {exc}")
+    finally:
+        client.delete(stream)
+    if not groups or groups[0].get("name") != group:
+        return Check(name, False, f"no group {group!r} on {stream} after ensure_group")
+    if lag != 1 or str(groups[0].get("last-delivered-id")) != "0-0":
+        return Check(name, False, "the group does not start at the stream's beginning: create it with id 0")
+    if first is not True or again is not False:
+        return Check(name, False, f"returned {first!r}, then {again!r}: expected True (created), then False "
+                                  "(BUSYGROUP: it exists)")
+    return Check(name, True, "created from id 0 (True), and again without an error (False)")
 
 
 def probe_producer(impl: ModuleType, client: redis.Redis, stream: str) -> Check:

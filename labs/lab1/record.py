@@ -26,8 +26,9 @@ class Sent:
 
 @dataclass(frozen=True)
 class Handled:
-    """One call of the work for a message: who ran it, whether it succeeded, and whether the
-    message was still in the PEL at that moment (it must be: XACK comes after the work)."""
+    """One call of the work for a message: who ran it, whether it succeeded, and what Redis said
+    of the message at that moment: still in the PEL (it must be: XACK comes after the work),
+    held by which consumer, delivered how many times (``XPENDING stream group id id 1``)."""
 
     counter: int
     msg_id: str
@@ -35,6 +36,8 @@ class Handled:
     ok: bool
     in_pel: bool
     t_s: float
+    owner: str | None = None
+    deliveries: int | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,14 @@ class WorkerError:
     worker: str
     error: str
     t_s: float
+
+
+@dataclass(frozen=True)
+class Returned:
+    """What one ``consume_once`` call returned (it should be how many it processed and acked)."""
+
+    worker: str
+    value: object
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,7 @@ class Recorder:
         self.journal: list[Journal] = []
         self.errors: list[WorkerError] = []
         self.samples: list[Sample] = []
+        self.returns: list[Returned] = []
         self.counter_of: dict[str, int] = {}
 
     def now_s(self) -> float:
@@ -98,9 +110,14 @@ class Recorder:
         with self._lock:
             self.send_errors.append(WorkerError(f"producer #{counter}", _describe(exc), self.now_s()))
 
-    def add_handled(self, counter: int, msg_id: str, worker: str, *, ok: bool, in_pel: bool) -> None:
+    def add_handled(self, counter: int, msg_id: str, worker: str, *, ok: bool, in_pel: bool,
+                    owner: str | None = None, deliveries: int | None = None) -> None:
         with self._lock:
-            self.handled.append(Handled(counter, msg_id, worker, ok, in_pel, self.now_s()))
+            self.handled.append(Handled(counter, msg_id, worker, ok, in_pel, self.now_s(), owner, deliveries))
+
+    def add_return(self, worker: str, value: object) -> None:
+        with self._lock:
+            self.returns.append(Returned(worker, value))
 
     def add_journal(
         self, msg_id: str, from_consumer: str, to_consumer: str, deliveries: int, *, ok: bool
@@ -149,5 +166,7 @@ class ScenarioResult:
 
 
 def _describe(exc: BaseException) -> str:
+    """``Type: message``, and the Redis command that raised it when the client noted one."""
     text = str(exc) or "(no message)"
-    return f"{type(exc).__name__}: {text}"
+    notes = "; ".join(getattr(exc, "__notes__", []))
+    return f"{type(exc).__name__}: {text}" + (f" ({notes})" if notes else "")

@@ -12,7 +12,8 @@
    with AOF everysec (each on free ports of its own, never the shared servers), and what
    survived;
 4. the bonus: XADD p50/p99/p99.9 with no MAXLEN, ``MAXLEN ~ 10000`` and ``MAXLEN = 10000``,
-   beside the server's ``usec_per_call``.
+   beside the server's ``usec_per_call``; and the ``maxlen=0`` trap measured on 25,000 entries
+   (:mod:`labs.lab1.maxlen_zero`).
 
 It prints the checks and figures as tables and writes ``reports/lab1-<timestamp>/`` with
 ``report.json``, ``report.md``, ``report.html`` and the raw logs. Exit code 0 when every
@@ -37,6 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from labs.experiments import persistence
 from labs.experiments.latency import LAB_CASES, LatencyStats, case_label, xadd_latency
+from labs.lab1 import maxlen_zero
 from labs.lab1.impl import REFERENCE, ImplError, load_impl
 from labs.lab1.record import Sample, ScenarioResult
 from labs.lab1.scenario import run_scenario
@@ -44,7 +46,7 @@ from labs.lab1.settings import PRESETS, Lab1Settings
 from labs.lab1.summary import build_report, write_logs
 from labs.launcher.errors import LauncherError
 from labs.launcher.topology import Topology
-from labs.report import Report, ReportPaths, print_report, write_report
+from labs.report import Report, ReportPaths, make_console, print_report, write_report
 
 log = logging.getLogger(__name__)
 
@@ -140,10 +142,12 @@ def run_lab(
         result = run_lab_scenario(impl_spec, redis_url, settings, stream, console)
         survival = run_persistence(settings, console)
         latency = run_latency(redis_url, settings, f"lab1:{run_id}:latency", console)
+        with contextlib.closing(redis.Redis.from_url(redis_url)) as client:
+            trap = maxlen_zero.measure(client, f"lab1:{run_id}:maxlen0")
     finally:
         with contextlib.closing(redis.Redis.from_url(redis_url)) as client:
-            client.delete(stream, f"lab1:{run_id}:latency")
-    report = build_report(result, survival, latency)
+            client.delete(stream, f"lab1:{run_id}:latency", f"lab1:{run_id}:maxlen0")
+    report = build_report(result, survival, latency, trap)
     paths = write_report(report, reports_dir)
     write_logs(paths, result)
     return report, paths
@@ -170,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     settings = PRESETS["smoke" if args.smoke else "quick" if args.quick else "full"]
-    console = Console()
+    console = make_console()
     try:
         url = args.redis_url or Topology.from_env("aof").ensure().url
         console.print(f"lab 1 on {url} with {escape(args.impl)}: {settings.messages} events ...")

@@ -11,13 +11,14 @@ student's file with the same functions) against a real Redis:
    until every sent event was processed and XPENDING is empty, then stops the threads.
 
 The work (``handle``) is the scenario's: it takes ``work_ms`` (0 in the course), fails the
-first attempt at every ``fail_every``-th event and records every call, including whether the
-message was still in the PEL at that moment.
+first attempt at every ``fail_every``-th event and records every call, with what Redis says of
+the message at that moment (still in the PEL? held by whom? delivered how many times?). Every
+client the implementation gets names the command in any Redis error it raises
+(:mod:`labs.lab1.client`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
@@ -28,8 +29,10 @@ from typing import Any
 
 import redis
 
+from labs.lab1.client import client as naming_client
 from labs.lab1.record import Recorder, Sample, ScenarioResult
 from labs.lab1.settings import Lab1Settings
+from solutions.connection import is_busygroup
 
 log = logging.getLogger(__name__)
 
@@ -55,27 +58,30 @@ class Work:
         self._attempts: dict[int, int] = {}
         self._lock = threading.Lock()
 
-    def in_pel(self, msg_id: str) -> bool:
-        """``XPENDING stream group msg_id msg_id 1``: is the message still unacknowledged?"""
-        return bool(self.client.xpending_range(self.stream, self.group, min=msg_id, max=msg_id, count=1))
+    def pending(self, msg_id: str) -> dict[str, Any] | None:
+        """``XPENDING stream group msg_id msg_id 1``: the message's PEL row (holder, deliveries), or None once acked."""
+        rows: list[dict[str, Any]] = self.client.xpending_range(
+            self.stream, self.group, min=msg_id, max=msg_id, count=1
+        )
+        return rows[0] if rows else None
 
     def __call__(self, msg_id: str, fields: Mapping[str, str], worker: str) -> None:
         counter = int(fields["counter"])
-        in_pel = self.in_pel(msg_id)
+        row = self.pending(msg_id)
         if self.work_s:
             time.sleep(self.work_s)  # the work itself
         with self._lock:
             attempt = self._attempts[counter] = self._attempts.get(counter, 0) + 1
         fails = counter % self.fail_every == 0 and attempt == 1
-        self.rec.add_handled(counter, msg_id, worker, ok=not fails, in_pel=in_pel)
+        self.rec.add_handled(counter, msg_id, worker, ok=not fails, in_pel=row is not None,
+                             owner=str(row["consumer"]) if row else None,
+                             deliveries=int(row["times_delivered"]) if row else None)
         if fails:
             raise SimulatedFailure(f"simulated failure of event #{counter} (every {self.fail_every}th)")
 
 
 def _client(url: str, settings: Lab1Settings) -> redis.Redis:
-    return redis.Redis.from_url(
-        url, decode_responses=True, socket_timeout=settings.socket_timeout_s, socket_connect_timeout=5.0
-    )
+    return naming_client(url, socket_timeout_s=settings.socket_timeout_s)
 
 
 def _loop(
@@ -113,8 +119,11 @@ class Scenario:
             self.impl.ensure_group(_client(self.url, self.s), self.stream, self.group)
         except Exception as exc:
             self.rec.add_error("ensure_group", exc)
-        with contextlib.suppress(redis.ResponseError):  # BUSYGROUP: the implementation made it
+        try:  # the scenario needs the group even when the implementation failed to make it
             self.probe.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if not is_busygroup(exc):  # BUSYGROUP: the implementation made it
+                raise
 
     def produce(self) -> None:
         try:
@@ -160,7 +169,9 @@ class Scenario:
             name,
             self.stop,
             self.rec,
-            lambda: self.impl.consume_once(client, self.stream, self.group, name, self.work, **kwargs),
+            lambda: self.rec.add_return(
+                name, self.impl.consume_once(client, self.stream, self.group, name, self.work, **kwargs)
+            ),
         )
 
     def rescue_round(self, client: redis.Redis) -> None:

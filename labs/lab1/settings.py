@@ -73,13 +73,15 @@ PRESETS: dict[str, Lab1Settings] = {
     # The same timings, shorter: about a minute in all.
     "quick": Lab1Settings(produce_s=40.0, persistence_writes=1000, latency_n=5000),
     # Scaled timings for `make check-lab-1` and the tests: seconds instead of minutes.
+    # min idle 1 s: far above the instant work, so a consumer that stalls between its work and
+    # its XACK (a loaded machine) is not taken for one that never acks.
     "smoke": Lab1Settings(
         produce_s=3.0,
         produce_interval_ms=50,
         block_ms=500,
-        rescue_interval_ms=700,
-        min_idle_ms=400,
-        drain_timeout_s=15.0,
+        rescue_interval_ms=500,
+        min_idle_ms=1000,
+        drain_timeout_s=8.0,
         sample_interval_ms=200,
         persistence_writes=300,
         latency_n=500,

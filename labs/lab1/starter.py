@@ -51,7 +51,14 @@ Handler = Callable[[str, Mapping[str, str], str], None]
 
 @dataclass(frozen=True)
 class JournalEntry:
-    """One line of the rescuer's journal: ``to_consumer`` took ``msg_id`` from ``from_consumer``."""
+    """One line of the rescuer's journal: ``to_consumer`` took ``msg_id`` from ``from_consumer``.
+
+    ``deliveries`` is the delivery count Redis keeps for the message *after* the claim
+    (XAUTOCLAIM adds one: the count XPENDING showed for the old owner, plus 1). ``ok`` says
+    whether the rescuer's own attempt succeeded (and was acked). When the claimed id was not
+    among the XPENDING rows read just before (the PEL changed between the two calls),
+    ``from_consumer`` is ``"?"``: XAUTOCLAIM itself never says whose a message was.
+    """
 
     msg_id: str
     from_consumer: str
@@ -71,14 +78,19 @@ def order_fields(counter: int) -> dict[str, str]:
 
 
 def ensure_group(client: redis.Redis, stream: str, group: str) -> bool:
-    """``XGROUP CREATE stream group 0 MKSTREAM``; returns False when the group already exists."""
+    """``XGROUP CREATE stream group 0 MKSTREAM`` (redis-py: ``client.xgroup_create(stream, group,
+    id="0", mkstream=True)``). Returns True when it created the group, False when the group
+    already existed (Redis answered ``BUSYGROUP``: not an error here); any other error is raised."""
     raise NotImplementedError(
         "create the group from id 0 with MKSTREAM; BUSYGROUP means it already exists"
     )
 
 
 def produce_one(client: redis.Redis, stream: str, counter: int, *, maxlen: int = 1000) -> str:
-    """``XADD stream MAXLEN ~ maxlen * ...order_fields(counter)``; returns the new message id."""
+    """``XADD stream MAXLEN ~ maxlen * ...order_fields(counter)``; returns the new message id.
+
+    redis-py: ``client.xadd(stream, fields, maxlen=maxlen, approximate=True)`` (``approximate``
+    is the ``~``; True is redis-py's default, spelled out here on purpose)."""
     raise NotImplementedError(
         "XADD the order_fields(counter) with an approximate MAXLEN and return the id Redis gave"
     )
@@ -96,9 +108,12 @@ def consume_once(
 ) -> int:
     """One ``XREADGROUP GROUP group consumer COUNT count BLOCK block_ms STREAMS stream >`` round.
 
-    Each message goes to ``handle``; ``XACK`` follows only when ``handle`` returned. A message
-    whose handling raised is left in the PEL, where the rescuer finds it. An empty reply (the
-    ``BLOCK`` timed out) is normal. Returns how many messages were processed and acknowledged.
+    redis-py: ``client.xreadgroup(group, consumer, {stream: ">"}, count=count, block=block_ms)``
+    returns ``[(stream, [(msg_id, fields), ...])]``, or an empty list when ``BLOCK`` timed out
+    (normal: return 0). Each message goes to ``handle(msg_id, fields, consumer)`` (``worker`` is
+    this consumer's own name); ``client.xack(stream, group, msg_id)`` follows only when
+    ``handle`` returned. A message whose handling raised is left in the PEL, where the rescuer
+    finds it. Returns how many messages were processed and acknowledged in this round.
     """
     raise NotImplementedError(
         "XREADGROUP new messages ('>') with BLOCK; handle each, XACK only after handle succeeded"
@@ -120,9 +135,18 @@ def rescue_once(
 
     ``XAUTOCLAIM stream group rescuer min_idle_ms cursor COUNT count`` moves the messages idle
     for at least ``min_idle_ms`` to ``rescuer``. It does not say whose they were, so the owners
-    are read first with ``XPENDING stream group IDLE min_idle_ms/2 cursor + count`` (half: an
-    entry that crosses min idle between the two calls still has its owner). Returns the
-    cursor for the next round (``0-0`` once the PEL was scanned to its end) and the journal.
+    are read first with ``XPENDING stream group IDLE min_idle_ms//2 cursor + count`` (half, as
+    an integer: an entry that crosses min idle between the two calls still has its owner).
+    redis-py: ``client.xpending_range(stream, group, min=cursor, max="+", count=count,
+    idle=min_idle_ms // 2)`` gives dicts with ``message_id``, ``consumer`` and
+    ``times_delivered``; ``client.xautoclaim(stream, group, rescuer, min_idle_time=min_idle_ms,
+    start_id=cursor, count=count)`` gives ``[next_cursor, [(msg_id, fields), ...], [deleted_id,
+    ...]]`` on Redis 7. Each claimed message goes to ``handle(msg_id, fields, rescuer)`` and is
+    acked only if that returned; a message whose handling raised again stays pending (journal
+    it with ``ok=False``; a later round retries it once it is idle again). A deleted id (trimmed
+    from the stream while pending) has already left the PEL: log it, nothing to handle or
+    journal. Returns the cursor for the next round (``0-0`` once the PEL was scanned to its end)
+    and the journal, one :class:`JournalEntry` per claimed message.
     """
     raise NotImplementedError(
         "owners via XPENDING IDLE, then XAUTOCLAIM; handle + XACK each; journal who took whose"

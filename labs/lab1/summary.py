@@ -10,14 +10,11 @@ from labs.experiments import persistence
 from labs.experiments.latency import LatencyStats
 from labs.lab1 import figures
 from labs.lab1.checks import evaluate
+from labs.lab1.maxlen_zero import MaxlenZero
+from labs.lab1.maxlen_zero import note as maxlen_zero_note
 from labs.lab1.record import ScenarioResult
 from labs.report import Check, Report, ReportPaths, Table, jsonable
 
-MAXLEN_ZERO_NOTE = (
-    "The course's Go code says MaxLen = 0 means no limit: true for go-redis, but redis-py's "
-    "xadd(..., maxlen=0) sends MAXLEN 0 and trims the stream to nothing. The 'no MAXLEN' case "
-    "passes maxlen=None, so no MAXLEN argument is sent at all."
-)
 SERVER_TIME_NOTE = (
     "The client round trip (tens of µs on loopback) hides the trimming cost; the server's "
     "usec_per_call from INFO commandstats (after CONFIG RESETSTAT) shows it: approximate "
@@ -83,10 +80,18 @@ def run_tables(result: ScenarioResult) -> list[Table]:
     return [summary, journal]
 
 
+def maxlen_zero_table(m: MaxlenZero) -> Table:
+    rows = [(f"{m.filled:,} XADDs, no MAXLEN", m.filled)]
+    rows += [(f"xadd(..., maxlen=0), call {i}: MAXLEN ~ 0", n) for i, n in enumerate(m.approximate, 1)]
+    rows.append(("xadd(..., maxlen=0, approximate=False): MAXLEN 0", m.exact))
+    return Table("Trap: maxlen=0 in redis-py (XLEN after each call)", ("call", "XLEN"), tuple(rows))
+
+
 def build_report(
     result: ScenarioResult,
     survival: Sequence[persistence.SurvivalResult],
     latency: Sequence[tuple[str, LatencyStats]],
+    maxlen_zero: MaxlenZero | None = None,
 ) -> Report:
     report = Report("lab1", "Lab 1: a Streams worker with a rescuer")
     report.checks = [*evaluate(result), persistence_check(survival)]
@@ -107,18 +112,21 @@ def build_report(
             ),
         )
     )
+    if maxlen_zero is not None:
+        report.tables.append(maxlen_zero_table(maxlen_zero))
     report.figures = [("Run over time", figures.timeline(result))]
     if survival:
         report.figures.append(("kill -9: what survived", figures.survival(survival)))
     if latency:
         report.figures.append(("XADD latency with and without MAXLEN", figures.latency(latency)))
-    report.notes = [MAXLEN_ZERO_NOTE, SERVER_TIME_NOTE]
+    report.notes = [*([maxlen_zero_note(maxlen_zero)] if maxlen_zero else []), SERVER_TIME_NOTE]
     report.data = {
         "settings": asdict(result.settings),
         "journal": result.recorder.journal,
         "errors": [*result.recorder.errors, *result.recorder.send_errors],
         "persistence": list(survival),
         "latency": {label: stats for label, stats in latency},
+        "maxlen_zero": maxlen_zero,
     }
     return report
 

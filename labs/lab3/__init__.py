@@ -2,25 +2,28 @@
 
 ``make lab-3`` (``python -m labs.lab3``) runs, on the native Sentinel topology, a producer at
 50 events/s and three workers ``billing-1..3`` (the reference ``billing-worker`` or the
-command in ``WORKER=``) in three modes (normal, failover, SIGTERM) for each dedupe strategy
-(none, redis, sqlite), and reports sent / confirmed / unknown, charged once, lost,
-duplicated, dead-lettered, reclaimed, redeliveries, downtime and time to recover, all taken
-from independent records (the producer's log, the SQLite ledger, Redis).
+command in ``WORKER=``) in four modes (normal, crash, failover, SIGTERM) for each dedupe
+strategy (none, redis, sqlite), and reports sent / re-sent / confirmed / unknown / refused,
+charged once, lost, duplicated, duplicate deliveries, dead-lettered, failed attempts,
+redeliveries, downtime and time to recover, all taken from records the worker does not
+write (the producer's log, the SQLite ledger, Redis sampled during the run).
 
 From Python (notebook 08 does this)::
 
     from labs.lab3 import run_lab
     result = run_lab(quick=True, progress=lambda text, fraction: print(text))
     result.passed                 # every check passed
-    result.report.tables[0]       # the three-mode table
+    result.report.tables[0]       # the modes x strategies table
     result.report.notes           # the conclusions in words
     result.paths.html             # reports/lab3-<timestamp>/report.html
 
-Modules: :mod:`~labs.lab3.settings` (timings, presets), :mod:`~labs.lab3.contract` (how a
-worker is started: flags and environment), :mod:`~labs.lab3.cell` and
-:mod:`~labs.lab3.scenario` (one mode's cells under load, with the fault),
-:mod:`~labs.lab3.record`, :mod:`~labs.lab3.probe` and :mod:`~labs.lab3.measure` (the
-records and the figures), :mod:`~labs.lab3.checks`, :mod:`~labs.lab3.conclusions`,
+Modules: :mod:`~labs.lab3.settings` (timings, presets), :mod:`~labs.lab3.deployment` (the
+topology: addresses, failover, write pauses), :mod:`~labs.lab3.contract` (how a worker is
+started: flags and environment), :mod:`~labs.lab3.cell`, :mod:`~labs.lab3.scenario` and
+:mod:`~labs.lab3.faults` (one mode's cells under load, with the fault),
+:mod:`~labs.lab3.sampler`, :mod:`~labs.lab3.deliveries`, :mod:`~labs.lab3.record`,
+:mod:`~labs.lab3.probe` and :mod:`~labs.lab3.measure` (the records and the figures),
+:mod:`~labs.lab3.checks`, :mod:`~labs.lab3.conclusions`,
 :mod:`~labs.lab3.figures`, :mod:`~labs.lab3.summary` (the report), :mod:`~labs.lab3.run`
 (``python -m labs.lab3``) and :mod:`~labs.lab3.check` (``make check-lab-3``).
 """

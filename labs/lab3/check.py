@@ -1,41 +1,46 @@
 """``make check-lab-3 WORKER="..."``: lab 3's checks against a worker, PASS or FAIL with the reason.
 
-``python -m labs.lab3.check [--worker CMD] [--strategies sqlite] [--modes normal,failover,sigterm]``
+``python -m labs.lab3.check [--worker CMD] [--strategies sqlite] [--modes normal,crash,failover,sigterm]``
 runs the lab with the quick timings on the native Sentinel topology (started if needed), by
 default only with the ``sqlite`` strategy (the one that promises exactly-once effects), and
-prints each check. Exit code 0 when every check passes, 1 when one fails, 2 when the lab
-cannot run at all.
+prints each check. ``--worker LABEL=CMD`` given several times checks several workers side by
+side in the same phases (each check's name then starts with ``[LABEL]``). Exit code 0 when
+every check passes, 1 when one fails, 2 when the lab cannot run at all.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 
 from labs.lab3.contract import WORKER_VAR, WorkerSpec
-from labs.lab3.run import run_lab
+from labs.lab3.run import run_lab, worker_args
 from labs.lab3.scenario import LabError
 from labs.lab3.settings import MODES, PRESETS
 from labs.launcher.errors import LauncherError
-from labs.report import Check, print_checks
+from labs.report import Check, make_console, print_checks
 
 
-def run_checks(worker: str | None, *, strategies: Sequence[str] = ("sqlite",), modes: Sequence[str] = MODES,
-               env_only: bool = False, reports_dir: Path | None = None) -> list[Check]:
-    """Every check of lab 3 against ``worker`` (default ``$WORKER``, else the reference)."""
-    settings = PRESETS["quick"].with_options(strategies=tuple(strategies), modes=tuple(modes))
-    spec = WorkerSpec.from_text(worker) if worker else WorkerSpec.from_env()
+def run_checks(worker: str | None = None, *, workers: Mapping[str, str | None] | None = None,
+               strategies: Sequence[str] = ("sqlite",), modes: Sequence[str] = MODES, env_only: bool = False,
+               reports_dir: Path | None = None, preset: str = "quick") -> list[Check]:
+    """Every check of lab 3 against ``worker`` (default ``$WORKER``, else the reference), or against
+    several ``workers`` side by side (by label; None is the reference)."""
+    settings = PRESETS[preset].with_options(strategies=tuple(strategies), modes=tuple(modes))
+    if workers:
+        label = "; ".join(f"{k}: {WorkerSpec.from_text(v).label}" for k, v in workers.items())
+    else:
+        label = (WorkerSpec.from_text(worker) if worker else WorkerSpec.from_env()).label
     try:
-        result = run_lab(settings=settings, worker=worker, env_only=env_only,
+        result = run_lab(settings=settings, worker=worker, workers=workers, env_only=env_only,
                          reports_dir=reports_dir)
     except LabError as exc:
         return [Check("the workers start and read from the group", False, str(exc))]
-    checks = [Check("the workers start and read from the group", True, spec.label), *result.report.checks]
+    checks = [Check("the workers start and read from the group", True, label), *result.report.checks]
     if result.paths is not None:
         checks.append(Check("report written", True, str(result.paths.markdown)))
     return checks
@@ -43,24 +48,29 @@ def run_checks(worker: str | None, *, strategies: Sequence[str] = ("sqlite",), m
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m labs.lab3.check", description="Lab 3's checks against a worker.")
-    p.add_argument("--worker", default=None, help=f"worker command (default ${WORKER_VAR}, else the reference)")
+    p.add_argument("--worker", action="append", default=[], metavar="[LABEL=]CMD",
+                   help=f"worker command (default ${WORKER_VAR}, else the reference); repeat it, as LABEL=CMD, to "
+                   "check several side by side ('reference' is the reference)")
     p.add_argument("--strategies", default="sqlite", help="comma-separated dedupe strategies (default sqlite)")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes (default all three)")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes (default all four)")
     p.add_argument("--env-only", action="store_true", help="give the worker its settings in the environment only")
     p.add_argument("--reports-dir", type=Path, help="where the report goes (default reports/ or $LAB_REPORTS_DIR)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="timings (default quick)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    console = Console(highlight=False)
-    label = WorkerSpec.from_text(args.worker).label if args.worker else WorkerSpec.from_env().label
-    console.print(f"lab 3 checks of [bold]{escape(label)}[/] (quick timings, about a minute per mode) ...")
+    console = make_console()
     try:
-        checks = run_checks(args.worker, strategies=[x for x in args.strategies.split(",") if x],
-                            modes=[x for x in args.modes.split(",") if x], env_only=args.env_only,
-                            reports_dir=args.reports_dir)
+        chosen = worker_args(args.worker)
+        modes = [x for x in args.modes.split(",") if x]
+        names = ", ".join(chosen["workers"]) if "workers" in chosen else escape(
+            (WorkerSpec.from_text(chosen["worker"]) if chosen["worker"] else WorkerSpec.from_env()).label)
+        console.print(f"lab 3 checks of [bold]{names}[/] ({args.preset} timings, modes {', '.join(modes)}) ...")
+        checks = run_checks(strategies=[x for x in args.strategies.split(",") if x], modes=modes,
+                            env_only=args.env_only, reports_dir=args.reports_dir, preset=args.preset, **chosen)
     except (LauncherError, ValueError) as exc:
         console.print(f"error: {escape(str(exc))}")
         return 2

@@ -38,7 +38,7 @@ def mode_figure(variant: str, runs: Sequence[Run]) -> Any:
     )
     palette = qualitative.Plotly
     for i, run in enumerate(runs):
-        label = f"{run.variant}/{run.strategy}"
+        label = f"{run.worker + ': ' if run.worker else ''}{run.variant}/{run.strategy}"
         line = {"color": palette[i % len(palette)]}  # one colour per cell in all three rows
         x, y = throughput(run)
         fig.add_trace(go.Scatter(x=x, y=y, name=label, mode="lines", legendgroup=label, line=line), row=1, col=1)

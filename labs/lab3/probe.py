@@ -14,8 +14,11 @@ from typing import Any
 import redis
 from redis.sentinel import Sentinel
 
+from labs.lab3.deliveries import PelEntry
+
 SOCKET_TIMEOUT_S = 1.0
 PAGE = 1000
+PEL_SAMPLE = 2000  # entries per XPENDING sample: far more than a cell ever holds in hand
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,17 @@ def pending_ids(client: redis.Redis, stream: str, group: str) -> list[str]:
     except redis.ResponseError:
         return []
     return [str(r["message_id"]) for r in rows]
+
+
+def pel(client: redis.Redis, stream: str, group: str, consumer: str | None = None,
+        count: int = PEL_SAMPLE) -> tuple[PelEntry, ...]:
+    """``XPENDING stream group - + count [consumer]``: id, holder, idle ms and delivery count of each entry."""
+    try:
+        rows = client.xpending_range(stream, group, "-", "+", count, consumername=consumer)
+    except redis.ResponseError:  # NOGROUP: the group does not exist (yet)
+        return ()
+    return tuple(PelEntry(str(r["message_id"]), str(r["consumer"]), int(r["time_since_delivered"]),
+                          int(r["times_delivered"])) for r in rows)
 
 
 def pending_by_consumer(client: redis.Redis, stream: str, group: str) -> dict[str, int]:

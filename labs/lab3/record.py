@@ -1,10 +1,13 @@
 """What a cell leaves behind, read from records the worker does not control.
 
-- the producer's JSON-lines log: every send with its status (``confirmed`` / ``unknown``);
+- the producer's JSON-lines log: every attempt with its status (``confirmed`` / ``unknown`` /
+  ``refused``) and its number (1 = first send, 2 and more = re-sends of the same event);
 - the SQLite ledger: table ``charges`` (one row per applied charge, never deduplicated);
 - Redis: the DLQ ``<stream>:dlq``, the stream itself (what the current master holds),
-  ``XPENDING`` and ``XINFO GROUPS`` at the end, and samples of pending and lag while it ran;
-- the worker logs, for what only the worker can tell: reclaims and ``drain complete``.
+  ``XPENDING`` and ``XINFO GROUPS`` at the end, and samples of pending, lag and every pending
+  entry's delivery count while it ran;
+- how each worker process ended (exit code or signal) and whether it wrote a line containing
+  ``drain complete`` to its output: the one thing the lab reads from a worker's output.
 """
 
 from __future__ import annotations
@@ -13,21 +16,29 @@ import contextlib
 import json
 import re
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RECLAIM = re.compile(r"reclaim.*\btook\b", re.IGNORECASE)
+from labs.lab3.deliveries import PelSample
+
 DRAIN = re.compile(r"drain complete", re.IGNORECASE)
-COUNT = re.compile(r"\b(errors|reclaimed|processed|dead_lettered)=(\d+)")
 
 
 @dataclass(frozen=True)
 class Send:
+    """One attempt of the producer's (``attempt`` 1 is the first send of ``event_id``)."""
+
     event_id: str
     msg_id: str | None
     t: float
-    confirmed: bool
+    status: str
+    attempt: int = 1
+
+    @property
+    def confirmed(self) -> bool:
+        return self.status == "confirmed"
 
 
 @dataclass(frozen=True)
@@ -47,14 +58,19 @@ class Sample:
     lag: int | None
 
 
-@dataclass(frozen=True)
-class LogFacts:
-    """What the worker logs say: reclaim lines, ``drain complete`` lines and their counters."""
+@dataclass
+class CrashRecord:
+    """The crash mode's kill: how many tries it took to catch the worker holding charged but
+    unacknowledged messages, which ones it held when it was stopped, and which of them were
+    still pending once it was dead (Redis and the ledger, read after the kill)."""
 
-    reclaims: int
-    drain_lines: int
-    errors: int | None
-    reclaimed: int | None
+    consumer: str
+    tries: int = 0
+    caught: bool = False
+    killed_t: float | None = None
+    held_at_stop: list[str] = field(default_factory=list)
+    held_after_kill: list[str] = field(default_factory=list)
+    pending_after_kill: int = 0
 
 
 @dataclass
@@ -64,12 +80,12 @@ class CellRecord:
     sends: list[Send]
     charges: list[ChargeRow]
     dlq_events: list[str]
-    stream_events: set[str]
+    stream_entries: dict[str, list[str]]
     pending_end: int
     pending_end_by_consumer: dict[str, int]
     lag_end: int
     samples: list[Sample]
-    logs: LogFacts
+    pels: list[PelSample] = field(default_factory=list)
     exits: list[dict[str, Any]] = field(default_factory=list)
     t0: float = 0.0
     produce_end: float = 0.0
@@ -77,6 +93,18 @@ class CellRecord:
     promoted_t: float | None = None
     settled_t: float | None = None
     acked_not_done: list[str] | None = None
+    crash: CrashRecord | None = None
+    stall_ms: int = 1500
+
+    @property
+    def stream_events(self) -> set[str]:
+        """The event ids the stream holds at the end (on the master of the moment)."""
+        return set(self.stream_entries)
+
+    @property
+    def stream_counts(self) -> dict[str, int]:
+        """``{event_id: how many entries of the final stream carry it}``."""
+        return {e: len(ids) for e, ids in self.stream_entries.items()}
 
 
 def read_sends(path: Path) -> list[Send]:
@@ -85,10 +113,20 @@ def read_sends(path: Path) -> list[Send]:
     if not path.exists():
         return sends
     for line in path.read_text(encoding="utf-8").splitlines():
-        with contextlib.suppress(ValueError, KeyError):
+        with contextlib.suppress(ValueError, KeyError, TypeError):
             r = json.loads(line)
-            sends.append(Send(str(r["event_id"]), r.get("msg_id"), float(r["time"]), r["status"] == "confirmed"))
+            sends.append(Send(str(r["event_id"]), r.get("msg_id"), float(r["time"]), str(r["status"]),
+                              int(r.get("attempt") or 1)))
     return sends
+
+
+def event_outcomes(sends: list[Send]) -> dict[str, str]:
+    """Each event's outcome by its best attempt: confirmed, else refused if every attempt was, else unknown."""
+    statuses: dict[str, set[str]] = {}
+    for s in sends:
+        statuses.setdefault(s.event_id, set()).add(s.status)
+    return {e: "confirmed" if "confirmed" in st else "refused" if st == {"refused"} else "unknown"
+            for e, st in statuses.items()}
 
 
 def read_charges(ledger: Path) -> list[ChargeRow]:
@@ -106,17 +144,31 @@ def read_charges(ledger: Path) -> list[ChargeRow]:
     return [ChargeRow(str(e), str(m), str(c), float(t)) for e, m, c, t in rows]
 
 
-def read_logs(paths: list[Path]) -> LogFacts:
-    """Reclaim lines and ``drain complete`` lines (with their counters, summed) in the worker logs."""
-    reclaims = drains = 0
-    counters: dict[str, int] = {}
-    for path in paths:
-        text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-        for line in text.splitlines():
-            if RECLAIM.search(line):
-                reclaims += 1
-            if DRAIN.search(line):
-                drains += 1
-                for name, value in COUNT.findall(line):
-                    counters[name] = counters.get(name, 0) + int(value)
-    return LogFacts(reclaims, drains, counters.get("errors"), counters.get("reclaimed"))
+def entries_by_event(entries: Iterable[tuple[str, dict[str, str]]]) -> dict[str, list[str]]:
+    """``{event_id: [msg_id, ...]}`` of stream entries (a re-sent event has several)."""
+    out: dict[str, list[str]] = {}
+    for msg_id, fields in entries:
+        out.setdefault(fields.get("event_id", ""), []).append(msg_id)
+    return out
+
+
+def drain_lines(path: Path, offset: int = 0) -> int:
+    """Lines containing ``drain complete`` in a worker's output file, from byte ``offset`` on."""
+    if not path.exists():
+        return 0
+    with path.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode("utf-8", errors="replace")
+    return sum(1 for line in text.splitlines() if DRAIN.search(line))
+
+
+def charged_msg_ids(ledger: Path, consumer: str) -> set[str]:
+    """``SELECT msg_id FROM charges WHERE consumer = ?``: what one worker charged (none if no ledger yet)."""
+    if not ledger.exists():
+        return set()
+    with contextlib.closing(sqlite3.connect(ledger, timeout=5)) as db:
+        try:
+            rows = db.execute("SELECT msg_id FROM charges WHERE consumer = ?", (consumer,)).fetchall()
+        except sqlite3.OperationalError:  # no table yet, or a lock held past the timeout: nothing seen
+            return set()
+    return {str(m) for (m,) in rows}

@@ -1,8 +1,9 @@
-"""``make lab-3`` (``python -m labs.lab3``): the three modes, the report, the checks.
+"""``make lab-3`` (``python -m labs.lab3``): the four modes, the report, the checks.
 
-Options: ``--quick`` (about 2 minutes instead of about 3.5), ``--repeat N``, ``--failover
-graceful`` (SENTINEL FAILOVER instead of kill -9), ``--strategies``, ``--modes``, ``--worker
-CMD`` (default ``$WORKER``, else the reference), ``--env-only`` (pass the worker its settings
+Options: ``--quick`` (shorter load per mode), ``--repeat N``, ``--failover graceful``
+(SENTINEL FAILOVER instead of kill -9), ``--strategies``, ``--modes``, ``--worker CMD``
+(default ``$WORKER``, else the reference; give it several times, as ``LABEL=CMD``, to run
+workers side by side, each on cells of its own), ``--env-only`` (pass the worker its settings
 in the environment only). Exit code 0 when every check passes, 1 when one fails, 2 when the
 lab cannot run.
 """
@@ -14,9 +15,10 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,7 +30,7 @@ from labs.lab3.scenario import LabError
 from labs.lab3.settings import FAILOVER_KINDS, MODES, PRESETS, STRATEGIES, Lab3Settings
 from labs.lab3.summary import build_report
 from labs.launcher.errors import LauncherError
-from labs.report import Report, ReportPaths, print_report, write_report
+from labs.report import Report, ReportPaths, make_console, print_report, write_report
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +52,34 @@ class Lab3Report:
         return self.report.passed
 
 
+def worker_specs(worker: str | None = None, workers: Mapping[str, str | None] | None = None, *,
+                 env_only: bool = False) -> WorkerSpec | dict[str, WorkerSpec]:
+    """The worker under test (``worker``, else ``$WORKER``, else the reference), or several by label."""
+    if workers:
+        return {label: WorkerSpec.from_text(cmd, flags=not env_only) for label, cmd in workers.items()}
+    spec = WorkerSpec.from_text(worker) if worker else WorkerSpec.from_env()
+    return WorkerSpec(spec.command, flags=not env_only)
+
+
+def parse_workers(values: Sequence[str]) -> dict[str, str | None]:
+    """``--worker`` given several times: ``LABEL=CMD`` each (a bare ``CMD`` is labelled w1, w2 ...)."""
+    out: dict[str, str | None] = {}
+    for i, value in enumerate(values, 1):
+        label, sep, cmd = value.partition("=")
+        if not sep or " " in label or not label:
+            label, cmd = f"w{i}", value
+        if label in out:
+            raise ValueError(f"--worker label {label!r} given twice")
+        out[label] = cmd if cmd != "reference" else None
+    return out
+
+
 def run_lab(
     *,
     quick: bool = False,
     settings: Lab3Settings | None = None,
     worker: str | None = None,
+    workers: Mapping[str, str | None] | None = None,
     env_only: bool = False,
     progress: ProgressFn | None = None,
     reports_dir: Path | None = None,
@@ -65,13 +90,11 @@ def run_lab(
 
     ``progress(text, fraction)`` is called a few times a second with what runs now and how
     far the current phase is. ``worker`` is a command (default ``$WORKER``, else the
-    reference ``python -m solutions.billing``).
+    reference ``python -m solutions.billing``); ``workers`` runs several side by side, by
+    label (``{"mine": "./worker", "reference": None}``), each on cells of its own.
     """
     s = settings or PRESETS["quick" if quick else "full"]
-    spec = WorkerSpec.from_text(worker, flags=not env_only) if worker else WorkerSpec.from_env()
-    if env_only:
-        spec = WorkerSpec(spec.command, flags=False)
-    runs = run_phases(s, spec, progress)
+    runs = run_phases(s, worker_specs(worker, workers, env_only=env_only), progress)
     report = build_report(runs)
     paths = write_report(report, reports_dir) if write else None
     if paths is not None:
@@ -81,14 +104,23 @@ def run_lab(
     return Lab3Report(report, paths, runs)
 
 
+def worker_args(values: Sequence[str]) -> dict[str, Any]:
+    """``run_lab``'s ``worker=`` (one ``--worker``) or ``workers=`` (several)."""
+    if len(values) > 1:
+        return {"workers": parse_workers(values)}
+    return {"worker": values[0] if values else None}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m labs.lab3", description="Lab 3: a billing worker under faults.")
-    p.add_argument("--quick", action="store_true", help="about 2 minutes instead of about 3.5")
+    p.add_argument("--quick", action="store_true", help="shorter load per mode (see labs/lab3/README.md for the times)")
     p.add_argument("--repeat", type=int, default=1, help="run every cell N times; the table shows median [min..max]")
     p.add_argument("--failover", choices=FAILOVER_KINDS, default="hard", help="kill -9 (hard) or SENTINEL FAILOVER")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated dedupe strategies")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
-    p.add_argument("--worker", default=None, help=f"worker command (default ${WORKER_VAR}, else the reference)")
+    p.add_argument("--worker", action="append", default=[], metavar="[LABEL=]CMD",
+                   help=f"worker command (default ${WORKER_VAR}, else the reference); repeat it, as LABEL=CMD, to run "
+                   "several side by side ('reference' is the reference)")
     p.add_argument("--env-only", action="store_true", help="give the worker its settings in the environment only")
     p.add_argument("--reports-dir", type=Path, help="where reports go (default reports/ or $LAB_REPORTS_DIR)")
     p.add_argument("--keep-keys", action="store_true", help="leave the run's streams in Redis to inspect")
@@ -133,7 +165,7 @@ def _progress_fn(console: Console) -> Iterator[ProgressFn]:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    console = Console()
+    console = make_console()
     try:
         s = settings_from_args(args)
     except ValueError as exc:
@@ -142,9 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(f"lab 3: modes {', '.join(s.modes)} x dedupe {', '.join(s.strategies)}, repeat {s.repeat} ...")
     try:
         with _progress_fn(console) as show:
-            result = run_lab(settings=s, worker=args.worker, env_only=args.env_only, progress=show,
-                             reports_dir=args.reports_dir, keep_keys=args.keep_keys)
-    except (LauncherError, LabError) as exc:
+            result = run_lab(settings=s, env_only=args.env_only, progress=show, reports_dir=args.reports_dir,
+                             keep_keys=args.keep_keys, **worker_args(args.worker))
+    except (LauncherError, LabError, ValueError) as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
     print_report(console, result.report, max_rows=40)

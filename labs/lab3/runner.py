@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labs import launcher
 from labs.lab3.cell import Cell
 from labs.lab3.contract import WorkerSpec
+from labs.lab3.deployment import Deployment, SentinelDeployment
 from labs.lab3.measure import CellResult, measure
-from labs.lab3.probe import master_client
 from labs.lab3.record import CellRecord
 from labs.lab3.scenario import Notify, Phase
 from labs.lab3.settings import Lab3Settings
@@ -40,6 +39,13 @@ class Run:
     result: CellResult
     record: CellRecord
     home: Path
+    worker: str = ""
+    run_id: str = ""
+
+    @property
+    def stream(self) -> str:
+        """The cell's stream name as the run used it (``lab3:<run>:r<repeat>:<cell>:orders``)."""
+        return f"lab3:{self.run_id}:r{self.repeat}:{self.home.name}:orders"
 
     @property
     def mode(self) -> str:
@@ -62,44 +68,52 @@ class LabRuns:
     run_id: str
     home: Path
     runs: list[Run] = field(default_factory=list)
+    workers: dict[str, str] = field(default_factory=dict)
     phases: list[PhaseTiming] = field(default_factory=list)
     total_s: float = 0.0
 
 
-def make_cells(mode: str, run_id: str, home: Path, addrs: launcher.Addresses, spec: WorkerSpec,
+def make_cells(mode: str, run_id: str, home: Path, site: Deployment, specs: dict[str, WorkerSpec],
                s: Lab3Settings) -> list[Cell]:
+    """The cells of one mode: worker x (WAIT) x strategy, each in a folder of its own under ``home``."""
     waits = (False, True) if mode == "failover" else (False,)
     cells = []
-    for wait in waits:
-        for strategy in s.strategies:
-            cell = Cell(mode, strategy, wait, run_id, home, addrs.sentinels, addrs.master_name or "mymaster",
-                        spec, s)
-            cell.home = home / cell.name
-            cells.append(cell)
+    for label, spec in specs.items():
+        for wait in waits:
+            for strategy in s.strategies:
+                cell = Cell(mode, strategy, wait, run_id, home, site, spec, s, worker=label)
+                cell.home = home / cell.name
+                cells.append(cell)
     return cells
 
 
-def run_phases(s: Lab3Settings, spec: WorkerSpec, notify: Notify | None = None,
-               home: Path | None = None) -> LabRuns:
-    """Every mode x repeat, in order; returns the measured runs and the phase timings."""
+def run_phases(s: Lab3Settings, specs: WorkerSpec | dict[str, WorkerSpec], notify: Notify | None = None,
+               home: Path | None = None, site: Deployment | None = None) -> LabRuns:
+    """Every mode x repeat, in order; returns the measured runs and the phase timings.
+
+    ``specs`` is the worker under test, or several by label (``{"mine": ..., "reference": ...}``),
+    each with cells of its own in the same phases.
+    """
+    specs = specs if isinstance(specs, dict) else {"": specs}
+    site = site or SentinelDeployment()
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
     base = home or default_run_dir() / "lab3" / run_id
-    runs = LabRuns(s, spec.label, run_id, base)
+    label = "; ".join(f"{k}: {v.label}" if k else v.label for k, v in specs.items())
+    runs = LabRuns(s, label, run_id, base, workers={k: v.label for k, v in specs.items()})
     started = time.monotonic()
     total = s.repeat * len(s.modes)
     for index, (repeat, mode) in enumerate(itertools.product(range(1, s.repeat + 1), s.modes)):
         restore_started = time.monotonic()
-        addrs = launcher.ensure("sentinel")
+        site.ensure()
         restore_s = time.monotonic() - restore_started
-        folder = base / f"r{repeat}"
-        cells = make_cells(mode, f"{run_id}:r{repeat}", folder, addrs, spec, s)
-        phase = Phase(mode, cells, s, _overall(notify, index, total)).run()
+        cells = make_cells(mode, f"{run_id}:r{repeat}", base / f"r{repeat}", site, specs, s)
+        phase = Phase(mode, cells, s, site, _overall(notify, index, total)).run()
         phase.durations_s = {"topology ready": round(restore_s, 2), **phase.durations_s}
         runs.phases.append(PhaseTiming(mode, repeat, phase.durations_s, phase.fault))
         for cell, record in phase.records:
-            result = measure(mode, cell.strategy, record)
-            runs.runs.append(Run(repeat, cell.variant, cell.strategy, result, record, cell.home))
-    launcher.ensure("sentinel")
+            result = measure(mode, cell.strategy, record, cell.worker)
+            runs.runs.append(Run(repeat, cell.variant, cell.strategy, result, record, cell.home, cell.worker, run_id))
+    site.ensure()
     runs.total_s = time.monotonic() - started
     return runs
 
@@ -112,10 +126,11 @@ def _overall(notify: Notify | None, index: int, total: int) -> Notify | None:
     return lambda text, fraction: outer(f"[{index + 1}/{total}] {text}", (index + fraction) / total)
 
 
-def delete_keys(runs: LabRuns) -> int:
+def delete_keys(runs: LabRuns, site: Deployment | None = None) -> int:
     """Delete the run's keys (streams, DLQs, dedupe markers) from the master; returns how many."""
-    addrs = launcher.ensure("sentinel")
-    client = master_client(addrs.sentinels, addrs.master_name or "mymaster")
+    site = site or SentinelDeployment()
+    site.ensure()
+    client = site.client()
     try:
         keys = list(client.scan_iter(match=f"*lab3:{runs.run_id}:*", count=1000))
         for start in range(0, len(keys), 500):

@@ -1,4 +1,10 @@
-"""A thread that samples every cell's group (pending, lag) through Sentinel while a phase runs."""
+"""A thread that samples every cell's group through Sentinel while a phase runs.
+
+Each round takes, per cell, ``XINFO GROUPS``/``XINFO STREAM`` (pending, lag) and the
+extended ``XPENDING`` (every pending entry with its holder, idle time and delivery count);
+:mod:`labs.lab3.deliveries` turns the latter into failed attempts and redeliveries. A call
+that fails leaves a gap (None), never a guess.
+"""
 
 from __future__ import annotations
 
@@ -10,19 +16,20 @@ from collections.abc import Sequence
 import redis
 
 from labs.lab3.cell import GROUP, Cell
-from labs.lab3.probe import group_state, master_client
+from labs.lab3.deliveries import PelSample
+from labs.lab3.probe import group_state, pel
 from labs.lab3.record import Sample
 
 
 class Sampler:
-    """``XINFO GROUPS`` of each cell every ``interval_s``; a failed call leaves a gap (None)."""
+    """The groups of ``cells`` every ``interval_s``, on a client of its own."""
 
-    def __init__(self, cells: Sequence[Cell], sentinels: Sequence[tuple[str, int]], master_name: str,
-                 interval_s: float) -> None:
+    def __init__(self, cells: Sequence[Cell], client: redis.Redis, interval_s: float) -> None:
         self.cells = list(cells)
-        self.client = master_client(sentinels, master_name)
+        self.client = client
         self.interval_s = interval_s
         self.samples: dict[str, list[Sample]] = {c.name: [] for c in self.cells}
+        self.pels: dict[str, list[PelSample]] = {c.name: [] for c in self.cells}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lab3-sampler", daemon=True)
 
@@ -41,10 +48,11 @@ class Sampler:
             t = time.time()
             try:
                 state = group_state(self.client, cell.stream, GROUP)
+                entries = pel(self.client, cell.stream, GROUP) if state else ()
             except (redis.RedisError, OSError):
-                state = None
-            sample = Sample(t, state.pending, state.lag) if state else Sample(t, None, None)
-            self.samples[cell.name].append(sample)
+                state, entries = None, None
+            self.samples[cell.name].append(Sample(t, state.pending, state.lag) if state else Sample(t, None, None))
+            self.pels[cell.name].append(PelSample(t, entries))
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -1,10 +1,11 @@
 """One phase of the lab: the cells of one mode, under load together, with the mode's fault.
 
-1. create each cell's group (``XGROUP CREATE ... 0 MKSTREAM``), start its three workers and
-   wait until all three have read (they appear in ``XINFO CONSUMERS``);
-2. start the producers; at ``fault_at_s`` the fault: ``kill -9`` of the master (or
-   ``SENTINEL FAILOVER``) for ``failover``, SIGTERM to ``billing-2`` of every cell for
-   ``sigterm`` (restarted ``restart_after_s`` after it exited);
+1. create each cell's group (``XGROUP CREATE ... 0 MKSTREAM``), start its workers and wait
+   until all of them read (they appear in ``XINFO CONSUMERS``);
+2. start the producers; at ``fault_at_s`` the mode's fault (:mod:`labs.lab3.faults`): the
+   failover, SIGTERM to ``billing-2`` (restarted ``restart_after_s`` after it exited), or
+   ``kill -9`` of ``billing-2`` between a charge and its XACK (not restarted: the others take
+   its messages over);
 3. stop the producers, wait until pending = 0 and lag = 0 in every cell, stop the workers
    with SIGTERM, and collect each cell's records.
 """
@@ -23,20 +24,19 @@ from typing import Any
 
 import redis
 
-from labs import launcher
+from labs.lab3 import faults
 from labs.lab3.cell import GROUP, Cell
-from labs.lab3.probe import delivered_before, entries, group_state, master_client, pending_by_consumer, pending_ids
-from labs.lab3.record import CellRecord, read_charges, read_logs, read_sends
+from labs.lab3.deployment import Deployment
+from labs.lab3.probe import entries, group_state, pending_by_consumer
+from labs.lab3.record import CellRecord, CrashRecord, entries_by_event, read_charges, read_sends
 from labs.lab3.sampler import Sampler
-from labs.lab3.settings import WORKERS, Lab3Settings
-from labs.launcher.topology import Topology
+from labs.lab3.settings import Lab3Settings
+from solutions.connection import is_busygroup
 
 log = logging.getLogger(__name__)
 
-VICTIM = "billing-2"
 READY_TIMEOUT_S = 30.0
 POLL_S = 0.25
-FAILOVER_TIMEOUT_S = 30.0
 Notify = Callable[[str, float], None]
 
 
@@ -55,18 +55,25 @@ class PhaseResult:
 class Phase:
     """Runs the cells of one mode; :meth:`run` returns their records."""
 
-    def __init__(self, mode: str, cells: Sequence[Cell], s: Lab3Settings, notify: Notify | None = None) -> None:
-        self.mode, self.cells, self.s = mode, list(cells), s
+    def __init__(self, mode: str, cells: Sequence[Cell], s: Lab3Settings, site: Deployment,
+                 notify: Notify | None = None) -> None:
+        self.mode, self.cells, self.s, self.site = mode, list(cells), s, site
         self.notify = notify or (lambda text, fraction: None)
-        first = self.cells[0]
-        self.client = master_client(first.sentinels, first.master_name)
+        self.client = site.client()
         self.fault: dict[str, Any] = {}
-        self.fault_t: float | None = None
-        self.promoted_t: float | None = None
         self.acked_not_done: dict[str, list[str]] = {}
+        self.crashes: dict[str, CrashRecord] = {}
         self._threads: list[threading.Thread] = []
 
     # -- steps ---------------------------------------------------------------------------
+
+    def create_group(self, cell: Cell) -> None:
+        """``XGROUP CREATE <stream> billing 0 MKSTREAM``; BUSYGROUP (it exists) is fine, nothing else is."""
+        try:
+            self.client.xgroup_create(cell.stream, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if not is_busygroup(exc):
+                raise LabError(f"{cell.name}: XGROUP CREATE failed: {exc}") from exc
 
     def start_workers(self) -> None:
         """Create the groups, start the workers, and wait until they read (or the start timeout).
@@ -76,17 +83,17 @@ class Phase:
         at its first message). A worker that exits now stops the lab with the reason.
         """
         for cell in self.cells:
-            with contextlib.suppress(redis.ResponseError):  # BUSYGROUP
-                self.client.xgroup_create(cell.stream, GROUP, id="0", mkstream=True)
+            self.create_group(cell)
             cell.start()
         deadline = time.monotonic() + READY_TIMEOUT_S
-        expected = len(WORKERS) * len(self.cells)
+        per_cell = self.s.workers
+        expected = per_cell * len(self.cells)
         while time.monotonic() < deadline:
             for cell in self.cells:
                 dead = [f"{c} (exit code {p.poll()})" for c, p in cell.workers.items() if p.poll() is not None]
                 if dead:
                     raise LabError(f"{cell.name}: {', '.join(dead)} exited at start; see {cell.home}")
-            consumers = sum(min(len(WORKERS), len(self._consumers(c))) for c in self.cells)
+            consumers = sum(min(per_cell, len(self._consumers(c))) for c in self.cells)
             if consumers >= expected or self._reading_clients() >= expected:
                 return
             time.sleep(POLL_S)
@@ -134,76 +141,29 @@ class Phase:
         return stopped
 
     def inject(self) -> None:
-        self.fault_t = time.time()
-        target = self._failover if self.mode == "failover" else self._sigterm
-        thread = threading.Thread(target=target, name=f"lab3-fault-{self.mode}", daemon=True)
+        """The mode's fault, on a thread (the load and the progress go on meanwhile)."""
+        self.fault = {"fault_t": time.time()}
+        targets = {"failover": self._failover, "sigterm": self._sigterm, "crash": self._crash}
+        thread = threading.Thread(target=targets[self.mode], name=f"lab3-fault-{self.mode}", daemon=True)
         thread.start()
         self._threads.append(thread)
 
     def _failover(self) -> None:
-        try:
-            if self.s.failover == "hard":
-                self._kill_master()
-            else:
-                result = launcher.failover(hard=False, timeout_s=FAILOVER_TIMEOUT_S)
-                self.promoted_t = time.time()
-                self.fault.update(kind="SENTINEL FAILOVER", old=result.old_master, new=result.new_master,
-                                  promoted_after_s=result.elapsed_s)
-        except Exception as exc:
-            self.fault.update(kind=f"failover ({self.s.failover})", error=repr(exc))
-            log.warning("failover failed: %r", exc)
-
-    def _kill_master(self) -> None:
-        """kill -9 of the master, as ``launcher.failover(hard=True)`` does, noting the moment of the kill.
-
-        The old master is started again once every sentinel has switched; Sentinel then turns
-        it into a replica of the new master (it waits some seconds before it does).
-        """
-        topo = Topology.from_env("sentinel")
-        old = topo.master_addr()
-        deadline = time.monotonic() + FAILOVER_TIMEOUT_S
-        self.fault_t = time.time()
-        topo.server(old[1]).kill(signal.SIGKILL)
-        new = topo.wait_new_master(old, deadline)
-        self.promoted_t = time.time()
-        self.fault.update(kind="kill -9", old=old, new=new, promoted_after_s=self.promoted_t - self.fault_t)
-        topo.wait_switched(new, deadline)
-        topo.start(topo.server(old[1]))
-        topo.wait_ready(FAILOVER_TIMEOUT_S)
-        self.fault["replica_back_after_s"] = time.time() - self.fault_t
+        self.fault.update(faults.fail_over(self.site, self.s))
 
     def _sigterm(self) -> None:
-        self.fault.update(kind=f"SIGTERM to {VICTIM}")
-        for cell in self.cells:
-            cell.signal_worker(VICTIM, signal.SIGTERM)
-        for cell in self.cells:
-            cell.reap(VICTIM, "SIGTERM")
-            self.acked_not_done[cell.name] = self._acked_not_done(cell)
-        time.sleep(self.s.restart_after_s)
-        for cell in self.cells:
-            cell.start_worker(VICTIM)
-        self.fault["restarted_after_s"] = time.time() - (self.fault_t or time.time())
+        fault, self.acked_not_done = faults.sigterm(self.cells, self.s, self.client)
+        self.fault.update(fault)
 
-    def _acked_not_done(self, cell: Cell) -> list[str]:
-        """Events delivered and acked, yet neither charged nor dead-lettered, right after the exit.
-
-        Read in this order: last delivered id, then XPENDING, then the ledger and the DLQ; an
-        entry acked after the XPENDING read was charged before it was acked, so it shows.
-        """
+    def _crash(self) -> None:
+        client = self.site.client()  # a connection of its own: CLIENT PAUSE and the looks must not wait
         try:
-            state = group_state(self.client, cell.stream, GROUP)
-            pending = set(pending_ids(self.client, cell.stream, GROUP))
-            charged = {c.event_id for c in read_charges(cell.ledger)}
-            dead = {f.get("event_id", "") for _, f in entries(self.client, cell.dlq)}
-            last = state.last_delivered_id if state else "0-0"
-            delivered = [(i, f.get("event_id", "")) for i, f in entries(self.client, cell.stream, last)]
-        except redis.RedisError as exc:
-            log.warning("acked-not-done snapshot of %s failed: %r", cell.name, exc)
-            return []
-        return [e for i, e in delivered if delivered_before(last, i) and i not in pending
-                and e not in charged and e not in dead]
+            fault, self.crashes = faults.crash(self.cells, self.s, self.site, client)
+            self.fault.update(fault)
+        finally:
+            client.close()
 
-    def settle(self, produce_end: float) -> dict[str, float | None]:
+    def settle(self) -> dict[str, float | None]:
         """Wait until pending = 0 and lag = 0 in every cell; returns when each got there."""
         for thread in self._threads:
             thread.join(timeout=60)
@@ -226,24 +186,25 @@ class Phase:
 
     def collect(self, cell: Cell, sampler: Sampler, t0: float, produce_end: float, settled: float | None) -> CellRecord:
         state = group_state(self.client, cell.stream, GROUP)
-        stream_events = {f.get("event_id", "") for _, f in entries(self.client, cell.stream)}
         return CellRecord(
             sends=read_sends(cell.sent_log),
             charges=read_charges(cell.ledger),
             dlq_events=[f.get("event_id", "") for _, f in entries(self.client, cell.dlq)],
-            stream_events=stream_events,
+            stream_entries=entries_by_event(entries(self.client, cell.stream)),
             pending_end=state.pending if state else -1,
             pending_end_by_consumer=pending_by_consumer(self.client, cell.stream, GROUP),
             lag_end=state.lag if state and state.lag is not None else -1,
             samples=sampler.samples[cell.name],
-            logs=read_logs([cell.worker_log(c) for c in WORKERS]),
+            pels=sampler.pels[cell.name],
             exits=[e.__dict__ for e in cell.exits],
             t0=t0,
             produce_end=produce_end,
-            fault_t=self.fault_t,
-            promoted_t=self.promoted_t,
+            fault_t=self.fault.get("fault_t"),
+            promoted_t=self.fault.get("promoted_t"),
             settled_t=settled,
             acked_not_done=self.acked_not_done.get(cell.name),
+            crash=self.crashes.get(cell.name),
+            stall_ms=self.s.stall_ms,
         )
 
     # -- the whole phase -----------------------------------------------------------------
@@ -253,13 +214,12 @@ class Phase:
         try:
             self.start_workers()
             marks["workers ready"] = time.monotonic()
-            sentinels, name = self.cells[0].sentinels, self.cells[0].master_name
-            with Sampler(self.cells, sentinels, name, self.s.sample_interval_s) as sampler:
+            with Sampler(self.cells, self.site.client(), self.s.sample_interval_s) as sampler:
                 self.start_producers()
                 t0 = time.time()
                 produce_end = self.load(t0)
                 marks["load"] = time.monotonic()
-                settled = self.settle(produce_end)
+                settled = self.settle()
                 marks["drain"] = time.monotonic()
             for cell in self.cells:
                 cell.stop_workers()

@@ -1,4 +1,4 @@
-"""Lab 3's report: the three-mode table, the timings, the checks and the conclusions in words.
+"""Lab 3's report: the table of modes x strategies, the timings, the checks and the conclusions in words.
 
 With ``--repeat N`` a cell of the table shows ``median [min..max]``; ``report.json`` keeps
 every run and the min/median/max of every figure.
@@ -19,13 +19,16 @@ from labs.report import Report, Table, jsonable
 
 FIGURES: tuple[tuple[str, str], ...] = (
     ("attempted", "sent"),
+    ("resent", "re-sent"),
     ("confirmed", "confirmed"),
     ("unknown", "unknown"),
+    ("refused", "refused"),
     ("charged_once", "charged once"),
     ("lost", "LOST"),
     ("duplicated", "DUPL"),
+    ("duplicate_deliveries", "dup deliv"),
     ("dead_lettered", "DLQ"),
-    ("reclaimed", "reclaimed"),
+    ("failed_attempts", "failed"),
     ("redeliveries", "redeliv"),
     ("downtime_s", "downtime s"),
     ("recover_first_charge_s", "1st charge s"),
@@ -34,16 +37,21 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ("missing_on_new_master", "missing on new master"),
 )
 DEFINITIONS = (
-    "LOST: confirmed by the producer (XADD answered, and with WAIT acknowledged by a replica), "
-    "but neither charged in the ledger nor in the DLQ. DUPLICATED: events with more than one row "
-    "in charges. DLQ: dead-lettered. Redeliv: failed attempts that were delivered again. "
-    "Downtime: the longest gap between consecutive charges from the fault until the producer "
-    "stopped (normal: over the whole load). 1st charge: fault -> first charge "
-    "of an event sent after the fault (failover: after the promotion). Backlog: fault -> pending and lag back to their "
-    "pre-fault maximum (under load they are never 0). Drain: producer stopped -> "
-    "pending = 0 and lag = 0. Missing on new master: confirmed sends whose event is not in the stream "
-    "after the failover. Reclaimed and redeliveries come from the worker logs, every other "
-    "figure from the producer's log, the ledger or Redis."
+    "Sent: events; re-sent: the producer's extra attempts, same event_id, for sends whose outcome was unknown "
+    "or refused. Confirmed / unknown / refused: events by their best attempt (refused: Redis answered the XADD "
+    "with an error, so the entry is known not to be in the stream). LOST: confirmed (XADD answered, and with "
+    "WAIT acknowledged by a replica), but neither charged in the ledger nor in the DLQ. DUPL: events with more "
+    "than one row in charges. Dup deliv: events delivered again after their charge (the stream holds them twice "
+    "after a re-send, or Redis showed them pending after the charge: a crash or a failover lost the XACK); the "
+    "dedupe step is exercised only then. DLQ: dead-lettered. Failed: deliveries Redis showed unacknowledged "
+    "for half of min idle or more (XPENDING samples). Redeliv: entries Redis showed delivered again (delivery "
+    "count, holder or idle time reset). Downtime: the longest gap between consecutive charges from the fault "
+    "until the producer stopped (normal: over the whole load). 1st charge: fault -> first charge of an event "
+    "sent after the fault (failover: after the promotion). Backlog: fault -> pending and lag back to their "
+    "pre-fault maximum (under load they are never 0). Drain: producer stopped -> pending = 0 and lag = 0. "
+    "Missing on new master: confirmed events not in the stream after the failover (writes the failover lost, "
+    "counted apart from the workers' losses). Every figure comes from the producer's log, the ledger or Redis; "
+    "the only thing read from a worker's output is its 'drain complete' line."
 )
 
 
@@ -72,24 +80,27 @@ def _cell(values: Sequence[Any]) -> Any:
     return f"{_num(s['median'], ints)} [{_num(s['min'], ints)}..{_num(s['max'], ints)}]"
 
 
-def groups(runs: Sequence[Run]) -> dict[tuple[str, str], list[CellResult]]:
-    out: dict[tuple[str, str], list[CellResult]] = {}
+def groups(runs: Sequence[Run]) -> dict[tuple[str, str, str], list[CellResult]]:
+    """The results of each (worker, mode variant, strategy), one per repeat."""
+    out: dict[tuple[str, str, str], list[CellResult]] = {}
     for r in runs:
-        out.setdefault((r.variant, r.strategy), []).append(r.result)
+        out.setdefault((r.worker, r.variant, r.strategy), []).append(r.result)
     return out
 
 
 def main_table(runs: Sequence[Run]) -> Table:
+    several = len({r.worker for r in runs}) > 1
     rows = []
-    for (variant, strategy), results in groups(runs).items():
+    for (worker, variant, strategy), results in groups(runs).items():
         row = [variant, strategy] + [_cell([getattr(x, f) for x in results]) for f, _ in FIGURES]
-        rows.append(tuple(row))
+        rows.append(tuple([worker, *row] if several else row))
     repeats = max((r.repeat for r in runs), default=1)
     modes = {r.mode for r in runs}
     strategies = {r.strategy for r in runs}
     title = f"{_counted(len(modes), 'mode')} x {_counted(len(strategies), 'dedupe strategy')}".capitalize()
     title += f" (median [min..max] of {repeats} runs)" if repeats > 1 else ""
-    return Table(title, ("mode", "dedupe", *(label for _, label in FIGURES)), tuple(rows))
+    columns = ("mode", "dedupe", *(label for _, label in FIGURES))
+    return Table(title, ("worker", *columns) if several else columns, tuple(rows))
 
 
 def _counted(n: int, noun: str) -> str:
@@ -118,6 +129,9 @@ def _fault_text(fault: dict[str, Any]) -> str:
         parts.append(f"old master back as a replica after {fault['replica_back_after_s']:.1f} s")
     if "restarted_after_s" in fault:
         parts.append(f"restarted {fault['restarted_after_s']:.1f} s after the signal")
+    if "pauses" in fault:
+        parts.append(f"caught {fault['caught']} of {fault['cells']} cells within {fault['pauses']} write pauses, "
+                     f"{fault['held_after_kill']} charged, unacknowledged messages at the kills")
     if "error" in fault:
         parts.append(f"error: {fault['error']}")
     return ", ".join(parts)
@@ -128,8 +142,12 @@ def settings_table(lab: LabRuns) -> Table:
     rows = (
         ("worker", lab.worker),
         ("producer", f"billing-producer at {s.rate:g} events/s; failover also with WAIT 1 ({s.wait_timeout_ms} ms)"),
-        ("workers per run", "billing-1, billing-2, billing-3"),
-        ("handler", f"{s.handler_delay_ms} ms of work, every {s.fail_every}th attempt fails"),
+        ("workers per run", ", ".join(s.consumers)),
+        ("handler", f"{s.handler_delay_ms} ms of work, every {s.fail_every}th attempt fails, DLQ after "
+                    f"{s.max_attempts} deliveries"),
+        ("re-sends", f"the producer re-sends an unknown or refused send up to {s.resend} times, same event_id"),
+        ("crash", f"kill -9 of billing-2 caught within CLIENT PAUSE {s.crash_pause_ms} ms WRITE "
+                  f"(up to {s.crash_tries} pauses)"),
         ("rescuer", f"XAUTOCLAIM every {s.claim_interval_ms} ms, min idle {s.min_idle_ms} ms: "
                     f"{s.min_idle_scale:g}x shorter than the course's 2 minutes"),
         ("metrics", f"logged every {s.metrics_interval_s:g} s (the course: {COURSE_METRICS_INTERVAL_S:g} s)"),
@@ -142,14 +160,17 @@ def settings_table(lab: LabRuns) -> Table:
 
 
 def report_data(lab: LabRuns) -> dict[str, Any]:
-    """``results[strategy][mode]``: every run and the min/median/max of each figure."""
+    """``results[strategy][mode]`` (``results["<worker>/<strategy>"]`` with several workers under
+    test): every run and the min/median/max of each figure."""
     results: dict[str, dict[str, Any]] = {}
-    for (variant, strategy), items in groups(lab.runs).items():
+    for (worker, variant, strategy), items in groups(lab.runs).items():
         summary = {f: spread([getattr(x, f) for x in items]) for f, _ in FIGURES}
-        results.setdefault(strategy, {})[variant] = {"runs": items, "summary": summary}
+        key = f"{worker}/{strategy}" if worker else strategy
+        results.setdefault(key, {})[variant] = {"runs": items, "summary": summary}
     return {
         "settings": lab.settings,
         "worker": lab.worker,
+        "workers": lab.workers,
         "run_id": lab.run_id,
         "records": str(lab.home),
         "results": results,

@@ -7,11 +7,19 @@
 
 ``python labs/lab3/worker_reference.py --sentinel 127.0.0.1:26390 --stream orders ...`` takes
 the lab's worker contract (flags, or ``BILLING_*`` environment variables; see
-``labs/lab3/README.md``). It charges each event exactly once into the SQLite ledger (the
-charge and its ``applied_events`` row in one transaction), acks only after the work,
-reclaims stuck messages with XAUTOCLAIM, follows Sentinel through a failover and drains on
+``labs/lab3/README.md``). It reads with XREADGROUP, charges each event into the SQLite
+ledger under the dedupe strategy it is given (``none``, ``redis``: the course's SET NX
+marker, ``sqlite``: the charge and its ``applied_events`` row in one transaction), acks only
+after the charge, reclaims stuck messages with XAUTOCLAIM (dead-lettering those delivered
+more than ``--max-attempts`` times), follows Sentinel through a failover and drains on
 SIGTERM. ``labs/lab3/worker_starter.py`` is this file with the solution parts cut out
-(``make kit``); the full reference is the ``solutions`` package (``billing-worker``).
+(``make kit``).
+
+The full reference is the ``solutions`` package (``billing-worker``): asyncio, batched
+commits and acks, per-order ordering, the two-phase Redis strategy, metrics. Both pass the
+same checks (``tests/test_check_lab3.py`` runs this one beside the probe workers); this one
+keeps each step short enough to read at once, so it handles one batch at a time and has no
+``redis-2phase``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import signal
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +45,15 @@ CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY AUTOINCREMENT, event_
     order_id TEXT NOT NULL, amount TEXT NOT NULL, msg_id TEXT NOT NULL, consumer TEXT NOT NULL,
     charged_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS applied_events (event_id TEXT PRIMARY KEY, msg_id TEXT NOT NULL,
-    consumer TEXT NOT NULL, applied_at REAL NOT NULL);
+    consumer TEXT NOT NULL, applied_at REAL NOT NULL) WITHOUT ROWID;
 """
+# XACK the original; only if it was still pending, XADD its dead letter (one atomic step).
+DEAD_LETTER_LUA = """
+local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+if acked == 1 then redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3)) end
+return acked
+"""
+FIELDS = ("type", "order_id", "amount", "event_id")
 Message = tuple[str, dict[str, str]]
 
 
@@ -51,14 +67,39 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Lab 3's compact billing worker")
     p.add_argument("--sentinel", action="append", default=[])
     for name, default in (("master-name", "mymaster"), ("stream", "orders"), ("group", "billing"),
-                          ("consumer", f"worker-{os.getpid()}"), ("ledger", "ledger.sqlite3"),
-                          ("handler-delay-ms", 50), ("fail-every", 7), ("min-idle-ms", 120_000),
-                          ("claim-interval-ms", 30_000), ("block-ms", 2000), ("metrics-interval-s", 10.0)):
+                          ("consumer", f"worker-{os.getpid()}"), ("ledger", "ledger.sqlite3"), ("dedupe", "sqlite"),
+                          ("handler-delay-ms", 50), ("fail-every", 7), ("max-attempts", 5), ("min-idle-ms", 120_000),
+                          ("claim-interval-ms", 30_000), ("block-ms", 2000), ("drain-timeout-s", 30.0),
+                          ("metrics-interval-s", 10.0), ("dedupe-ttl-s", 7 * 24 * 3600)):
         flag(p, name, default)
-    args, _ = p.parse_known_args()  # the other flags of the contract (--dedupe ...) are not used here
+    args, _ = p.parse_known_args()  # flags of the full worker that this one does not have are ignored
     env_sentinels = os.environ.get("BILLING_SENTINELS", "")
     args.sentinel = args.sentinel or [s for s in env_sentinels.split(",") if s]
+    if args.dedupe not in ("none", "redis", "sqlite"):
+        p.error(f"--dedupe {args.dedupe}: this compact worker has none, redis and sqlite")
     return args
+
+
+def marker_key(stream: str, group: str, event_id: str) -> str:
+    """The ``redis`` strategy's key: one per business event, whatever the stream entry carrying it."""
+    return f"processed:{stream}:{group}:{event_id}"
+
+
+def dead_letter_fields(msg_id: str, fields: dict[str, str], error: str, attempts: int) -> dict[str, str]:
+    """A dead letter: the original fields plus ``id`` (the original entry's), ``error`` and ``attempts``."""
+    return {**fields, "id": msg_id, "error": error, "attempts": str(attempts)}
+
+
+def malformed(fields: dict[str, str]) -> str | None:
+    """Why a message can never be charged (it goes to the DLQ at once), or None."""
+    missing = [name for name in FIELDS if not fields.get(name)]
+    if missing:
+        return f"permanent: missing {', '.join(missing)}"
+    try:
+        ok = Decimal(fields["amount"]) > 0
+    except InvalidOperation:
+        ok = False
+    return None if ok else f"permanent: bad amount {fields['amount']!r}"
 
 
 class Worker:
@@ -67,19 +108,23 @@ class Worker:
         sentinels = [(h, int(p)) for h, p in (s.rsplit(":", 1) for s in args.sentinel)]
         self.redis = Sentinel(sentinels, socket_timeout=1.0).master_for(  # type: ignore[no-untyped-call]
             args.master_name, socket_timeout=args.block_ms / 1000 + 3, decode_responses=True)
+        self.dead_letter_script = self.redis.register_script(DEAD_LETTER_LUA)
         Path(args.ledger).parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(args.ledger, timeout=30, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(SCHEMA)
         self.attempts = itertools.count(1)
-        self.counts = {"processed": 0, "errors": 0, "reclaimed": 0}
+        self.counts = {"processed": 0, "errors": 0, "duplicates": 0, "dead_lettered": 0, "reclaimed": 0}
         self.stopping = False
         self.pool = ThreadPoolExecutor(8)
 
     def work(self, message: Message) -> bool:
-        """The simulated work: ``handler_delay_ms``; every ``fail_every``-th attempt fails."""
+        """The simulated work: ``handler_delay_ms``; every ``fail_every``-th attempt of this process fails."""
         time.sleep(self.a.handler_delay_ms / 1000)
         return not (self.a.fail_every and next(self.attempts) % self.a.fail_every == 0)
+
+    def marker(self, fields: dict[str, str]) -> str:
+        return marker_key(self.a.stream, self.a.group, fields["event_id"])
 
     def read(self) -> list[Message]:
         """Step 1: the next new messages for this consumer (its failed ones come back through the rescuer)."""
@@ -87,20 +132,43 @@ class Worker:
             "XREADGROUP GROUP <group> <consumer> COUNT 16 BLOCK <block_ms> STREAMS <stream> >"
         )
 
-    def charge_once(self, msg_id: str, fields: dict[str, str]) -> None:
-        """Step 1: the business effect exactly once, whatever the number of deliveries."""
+    def begin(self, fields: dict[str, str]) -> bool:
+        """Before the work: False when the event was done already (``redis``: its marker exists)."""
         raise NotImplementedError(
-            "ONE transaction: INSERT OR IGNORE applied_events; only if new, INSERT charges"
+            "redis: SET <marker> 1 NX EX <dedupe_ttl_s>, True if it was set; other strategies: "
+            "True"
+        )
+
+    def abort(self, fields: dict[str, str]) -> None:
+        """The work failed: undo what :meth:`begin` recorded, so the redelivery does the work."""
+        raise NotImplementedError(
+            "redis: DEL <marker>"
+        )
+
+    def charge(self, msg_id: str, fields: dict[str, str]) -> None:
+        """Step 1: the business effect; with ``sqlite`` exactly once, whatever the number of deliveries."""
+        raise NotImplementedError(
+            "sqlite: ONE transaction: INSERT OR IGNORE applied_events, only if new INSERT charges"
         )
 
     def handle(self, messages: list[Message]) -> None:
-        """Work in parallel, then finish each success; a failure stays in the PEL for the rescuer."""
-        for (msg_id, fields), ok in zip(messages, self.pool.map(self.work, messages), strict=True):
+        """Dead-letter the malformed, skip the done, work the rest in parallel, finish each success."""
+        todo = []
+        for msg_id, fields in messages:
+            if problem := malformed(fields):
+                self.dead_letter(msg_id, fields, problem, 1)
+            elif self.begin(fields):
+                todo.append((msg_id, fields))
+            else:
+                self.redis.xack(self.a.stream, self.a.group, msg_id)  # a duplicate: done before, ack it
+                self.counts["duplicates"] += 1
+        for (msg_id, fields), ok in zip(todo, self.pool.map(self.work, todo), strict=True):
             if ok:
                 self.finish(msg_id, fields)
                 self.counts["processed"] += 1
             else:
-                self.counts["errors"] += 1
+                self.abort(fields)
+                self.counts["errors"] += 1  # no XACK: it stays pending for the rescuer
 
     def finish(self, msg_id: str, fields: dict[str, str]) -> None:
         """The end of a successful delivery: the charge and the acknowledgement."""
@@ -108,10 +176,17 @@ class Worker:
             "charge, THEN XACK: an ack before the charge loses the event if the process dies"
         )
 
-    def rescue(self) -> None:
-        """Step 2: take over messages idle for ``min_idle_ms`` in anyone's PEL, and handle them."""
+    def dead_letter(self, msg_id: str, fields: dict[str, str], error: str, attempts: int) -> None:
+        """Move a message to ``<stream>:dlq``: its fields plus ``id``, ``error``, ``attempts``; XACK the original."""
         raise NotImplementedError(
-            "XAUTOCLAIM stream group consumer min_idle_ms 0-0 COUNT 100; handle what it took"
+            "one script: XACK the original, and only if it was pending XADD the dead letter"
+        )
+
+    def rescue(self) -> None:
+        """Step 2: take over messages idle for ``min_idle_ms`` in anyone's PEL; give up on the hopeless."""
+        raise NotImplementedError(
+            "XAUTOCLAIM ... min_idle_ms 0-0 COUNT 100; deliveries from XPENDING; > max_attempts: "
+            "DLQ"
         )
 
     def run(self) -> None:
@@ -124,7 +199,7 @@ class Worker:
         next_rescue = next_metrics = time.monotonic()
         while not self.stopping:
             try:
-                self.handle(self.read())
+                self.handle(self.read())  # the batch in hand finishes, even after SIGTERM: that is the drain
                 if time.monotonic() >= next_rescue:
                     next_rescue = time.monotonic() + self.a.claim_interval_ms / 1000
                     self.rescue()
@@ -143,7 +218,7 @@ def with_group(client: redis.Redis, stream: str, group: str) -> None:
     try:
         client.xgroup_create(stream, group, id="0", mkstream=True)
     except redis.ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
+        if not str(exc).startswith("BUSYGROUP"):
             raise
 
 
