@@ -16,17 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from solutions.cli import HelpFormatter, Parser, address, redis_url
+from solutions.cli import HelpFormatter, Parser, address, env_addresses, redis_url
 from solutions.gc_tuning import tune_for_throughput
-from solutions.settings import (
-    DEDUPE_STRATEGIES,
-    DEFAULT_REDIS_URL,
-    Address,
-    Settings,
-    default_consumer,
-    env_default,
-    parse_address,
-)
+from solutions.settings import DEDUPE_STRATEGIES, DEFAULT_REDIS_URL, Settings, default_consumer, env_default
 from solutions.shard_worker import ShardedWorker
 from solutions.shards import ShardCountError
 from solutions.worker import Worker
@@ -51,12 +43,6 @@ def _flag(parser: argparse._ActionsContainer, name: str, default: object, help_t
     kind: Callable[[str], object] = kw.pop("type", type(default) if default is not None else str)
     env = env_default(name, "")
     parser.add_argument(f"--{name}", default=env or default, help=help_text, type=kind, **kw)
-
-
-def env_addresses(name: str) -> list[Address]:
-    """``BILLING_<NAME>=HOST:PORT,HOST:PORT`` as addresses (a bad one is a settings error)."""
-    raw = env_default(name, "")
-    return [parse_address(part.strip()) for part in raw.split(",") if part.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -329,7 +329,7 @@ class Ledger:
         return int(n)
 
 
-def read_rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+def read_rows(path: Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """The rows of a read-only query on a ledger file, from outside the worker (a lab, a check, a test).
 
     None while the file or its tables do not exist yet: the file appears a moment before the
@@ -339,7 +339,7 @@ def read_rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
         return []
     with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
         try:
-            return db.execute(sql).fetchall()
+            return db.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
