@@ -98,7 +98,7 @@ lab-3: setup ## lab 3: three workers, normal / crash / failover / SIGTERM x dedu
 		$(if $(WORKER),--worker '$(WORKER)') $(LAB3_ARGS)
 
 check-lab-3: setup ## lab 3's checks against your worker (~2 min): make check-lab-3 WORKER="./billing-worker"
-	@$(PY) -m labs.lab3.check $(if $(WORKER),--worker '$(WORKER)') $(LAB3_ARGS)
+	@$(PY) -m labs.lab3.check $(if $(WORKER),--worker '$(WORKER)') $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(LAB3_ARGS)
 
 kit: setup ## regenerate the student starters from solutions/
 	@$(PY) -m labs.kit --write
