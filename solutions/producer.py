@@ -230,52 +230,43 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _amain(args: argparse.Namespace) -> Tally:
-    if args.cluster:
-        return await _on_cluster(args)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    out = args.log.open("a", encoding="utf-8") if args.log else None
+    try:
+        if args.cluster:
+            from solutions.shard_producer import run_on_cluster  # the cluster router only when asked
+
+            tally = await run_on_cluster(args, stop, out)
+        else:
+            tally = await _to_one_stream(args, stop, out)
+    finally:
+        if out is not None:
+            out.close()
+    log.info("producer done: attempted=%s confirmed=%s unknown=%s refused=%s resent=%s", tally.attempted,
+             tally.confirmed, tally.unknown, tally.refused, tally.resent)
+    return tally
+
+
+async def _to_one_stream(args: argparse.Namespace, stop: asyncio.Event, out: IO[str] | None) -> Tally:
+    """To a plain Redis, or through Sentinel (connections to a replaced master dropped on +switch-master)."""
     sentinels = tuple(args.sentinel or ())
     wait_s = args.wait_timeout_ms / 1000 if args.wait_replicas else 0.0
     client = connect(redis_url=args.redis_url, sentinels=sentinels, master_name=args.master_name,
                      socket_timeout_s=wait_s + SOCKET_MARGIN_S)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    out = args.log.open("a", encoding="utf-8") if args.log else None
     watch = asyncio.create_task(FailoverWatch(client, sentinels, args.master_name).run(), name="failover-watch")
     try:
         with suppress(Exception):  # connect before the schedule starts; a Redis that is down shows in the sends
             await client.ping()
-        tally = await Producer(client, args, out).run(stop)
+        return await Producer(client, args, out).run(stop)
     finally:
         watch.cancel()
         with suppress(asyncio.CancelledError):
             await watch
-        if out is not None:
-            out.close()
         await client.aclose()
-    log.info("producer done: attempted=%s confirmed=%s unknown=%s refused=%s resent=%s", tally.attempted,
-             tally.confirmed, tally.unknown, tally.refused, tally.resent)
-    return tally
-
-
-async def _on_cluster(args: argparse.Namespace) -> Tally:
-    from solutions.shard_producer import run_on_cluster  # imports the cluster router only when asked
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    out = args.log.open("a", encoding="utf-8") if args.log else None
-    try:
-        tally = await run_on_cluster(args, stop, out)
-    finally:
-        if out is not None:
-            out.close()
-    log.info("producer done: attempted=%s confirmed=%s unknown=%s refused=%s resent=%s", tally.attempted,
-             tally.confirmed, tally.unknown, tally.refused, tally.resent)
-    return tally
 
 
 def main(argv: list[str] | None = None) -> int:
