@@ -125,6 +125,7 @@ class Lifecycle(ABC):
             self._install_signals(self._loop)
         try:
             if not await self._open(stop):
+                log.info("drain complete: asked to stop before Redis answered; nothing was read")
                 self.summary = Summary(self.counts)
                 await self._close()
                 return self.summary

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import subprocess
 import sys
 import time
@@ -189,3 +190,23 @@ def test_a_locked_ledger_pauses_every_shard_and_nothing_is_dead_lettered(
     lines = [r.getMessage() for r in caplog.records]
     assert sum(line.startswith("business store down") for line in lines) == 1, lines
     assert sum(line.startswith("business store back") for line in lines) == 1, lines
+
+
+def test_no_cluster_at_start_is_one_line_and_sigterm_still_drains(tmp_path: Path) -> None:
+    """Nothing listens on the node given: the worker waits with backoff (one line, no hot loop) and a
+    SIGTERM meanwhile ends it cleanly."""
+    proc = subprocess.Popen([sys.executable, "-m", "solutions.billing", "--cluster", f"127.0.0.1:{free_port()}",
+                             "--shards", "3", "--ledger", str(tmp_path / "l.db")], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    lines = err.strip().splitlines()
+    assert sum("connecting to the cluster" in ln and "failed, retrying" in ln for ln in lines) == 1, err
+    assert "drain complete" in lines[-1] and "Traceback" not in err
+    assert len(lines) <= 4, err  # the failure, the signal, the drain: not a line per attempt
