@@ -199,7 +199,7 @@ def check_failover_recovered(runs: Sequence[Run], within_s: float = 20.0) -> Che
 
 
 def check_other_shards_kept_charging(runs: Sequence[Run], within_s: float = 1.0) -> Check | None:
-    name = f"failover on a cluster: the shards whose master was not killed never stopped for more than {within_s:g} s"
+    name = f"failover on a cluster: the shards whose master stayed never stopped charging for more than {within_s:g} s"
     fo = [r for r in runs if r.mode == "failover" and r.result.shard_downtime_s]
     if not fo:
         return None
@@ -219,7 +219,7 @@ def check_other_shards_kept_charging(runs: Sequence[Run], within_s: float = 1.0)
         return Check(name, False, _some(slow))
     hit = max(max((r.result.shard_downtime_s[i] or 0.0) for i in r.result.hit_shards) for r in fo)
     return Check(name, True, f"{_runs(len(fo))}: the others' longest stop {max(w for w, _ in worst):.2f} s, while the "
-                 f"killed master's shard waited up to {hit:.1f} s")
+                 f"shard whose master failed over waited up to {hit:.1f} s")
 
 
 def _seconds(value: float | None) -> str:

@@ -125,7 +125,7 @@ def shard_table(runs: Sequence[Run]) -> Table | None:
     for r in runs:
         names = r.record.shards
         for i, downtime in enumerate(r.result.shard_downtime_s):
-            hit = "master killed" if i in r.result.hit_shards else ""
+            hit = "its master failed over" if i in r.result.hit_shards else ""
             rows.append((r.variant, r.strategy, i, names[i].rsplit(":", 1)[-1] if i < len(names) else "", hit,
                          None if downtime is None else round(downtime, 2)))
     if not rows:
