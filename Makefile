@@ -92,17 +92,18 @@ check-lab-1: setup ## lab 1's checks against your code: make check-lab-1 IMPL=my
 	@$(PY) -m labs.lab1.check --impl $(or $(IMPL),solutions.lab1) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
 
 .PHONY: lab-3 check-lab-3
-lab-3: setup ## lab 3: three workers, normal / crash / failover / SIGTERM x dedupe, report (~4 min; QUICK=1 ~2.5 min, WORKER="cmd", REPEAT=3)
+lab-3: setup ## lab 3: three workers, normal / crash / failover / SIGTERM x dedupe, report (~4 min; QUICK=1 ~2.5 min, WORKER="cmd", REPEAT=3, TOPOLOGY=cluster)
 	@$(PY) -m labs.lab3 $(if $(QUICK),--quick) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(FAILOVER),--failover $(FAILOVER)) \
+		$(if $(TOPOLOGY),--topology $(TOPOLOGY)) \
 		$(if $(WORKER),--worker '$(WORKER)') $(LAB3_ARGS)
 
 check-lab-3: setup ## lab 3's checks against your worker (~2 min): make check-lab-3 WORKER="./billing-worker"
-	@$(PY) -m labs.lab3.check $(if $(WORKER),--worker '$(WORKER)') $(LAB3_ARGS)
+	@$(PY) -m labs.lab3.check $(if $(WORKER),--worker '$(WORKER)') $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(LAB3_ARGS)
 
 kit: setup ## regenerate the student starters from solutions/
 	@$(PY) -m labs.kit --write
 
-bench: setup ## the worker against the raw redis-py ceiling, in one run (about 3 minutes)
+bench: setup ## the worker against the raw redis-py ceiling, and on a cluster (about 4 minutes)
 	@$(PY) -m labs.bench $(BENCH_ARGS)
 
 lint: setup ## ruff and mypy

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from solutions.cli import HelpFormatter, Parser, address, redis_url
+from solutions.cli import HelpFormatter, Parser, address, env_addresses, redis_url
 from solutions.gc_tuning import tune_for_throughput
 from solutions.settings import DEDUPE_STRATEGIES, DEFAULT_REDIS_URL, Settings, default_consumer, env_default
+from solutions.shard_worker import ShardedWorker
+from solutions.shards import ShardCountError
 from solutions.worker import Worker
 
 log = logging.getLogger("solutions.billing")
@@ -69,6 +71,17 @@ def _connection_flags(g: argparse._ActionsContainer) -> None:
         help="connect through this Sentinel instead (repeat for each sentinel)",
     )
     _flag(g, "master-name", "mymaster", "the master's name in Sentinel")
+    g.add_argument(
+        "--cluster",
+        action="append",
+        type=address,
+        metavar="HOST:PORT",
+        default=None,
+        help="a node of a Redis Cluster (repeat for more startup nodes; BILLING_CLUSTER=H:P,H:P): read every "
+        "shard <stream>:{tag} of the stream, one reader and one rescuer per shard",
+    )
+    _flag(g, "shards", None, "with --cluster: the stream's number of shards, fixed for its life (default: as "
+          "registered in <stream>:shards by the first producer or worker)", type=int)
 
 
 def _reading_flags(p: argparse.ArgumentParser) -> None:
@@ -138,6 +151,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         redis_url=args.redis_url,
         sentinels=tuple(args.sentinel or ()),
         master_name=args.master_name,
+        cluster=tuple(args.cluster or env_addresses("cluster")),
+        shards=args.shards,
         stream=args.stream,
         group=args.group,
         consumer=args.consumer,
@@ -189,8 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level, settings.consumer)
     tune_for_throughput()
     try:
-        asyncio.run(Worker(settings).run(handle_signals=True))
+        worker = ShardedWorker(settings) if settings.cluster else Worker(settings)
+        asyncio.run(worker.run(handle_signals=True))
         _ignore_late_signals()
+    except ShardCountError as exc:
+        log.error("cannot run: %s", exc)
+        return 1
     except KeyboardInterrupt:  # a signal before the handlers were installed: nothing was in flight
         log.info("drain complete: interrupted before the worker started")
     except sqlite3.Error as exc:

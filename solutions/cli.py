@@ -4,7 +4,8 @@
   (argparse's default prints the whole usage first, a dozen lines for the worker).
 - :class:`HelpFormatter`: ``(default: X)`` after a flag's help, once, and only when there is a
   default worth printing (never ``(default: None)``, never twice).
-- argparse types that turn bad input into that one line: :func:`redis_url`, :func:`address`.
+- argparse types that turn bad input into that one line: :func:`redis_url`, :func:`address`;
+  :func:`env_addresses` reads a list of them from the environment (``BILLING_CLUSTER``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import argparse
 from typing import NoReturn
 from urllib.parse import urlsplit
 
-from solutions.settings import Address, parse_address
+from solutions.settings import Address, env_default, parse_address
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 
@@ -59,3 +60,8 @@ def address(text: str) -> Address:
         return parse_address(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def env_addresses(name: str) -> list[Address]:
+    """``BILLING_<NAME>=HOST:PORT,HOST:PORT`` as addresses (none when unset); ValueError on a bad one."""
+    return [parse_address(part.strip()) for part in env_default(name, "").split(",") if part.strip()]

@@ -103,6 +103,7 @@ class ShardClient(aioredis.Redis):
         self.slot_map = slot_map
         slot_map.watched.add(slot)
         self.streak = Streak(log, f"slot {slot} ({name})")
+        self.failed_attempts = 0  # every attempt that failed and was retried or raised, ever (a reader compares)
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         """Any command, on the master of this client's slot (MOVED, ASK and failovers followed)."""
@@ -158,7 +159,9 @@ class ShardClient(aioredis.Redis):
                 self.streak.recovered()
                 return result
             self.streak.failed(error)
+            self.failed_attempts += 1
             if time.monotonic() >= deadline:
+                await self.slot_map.refresh()  # so that the caller's next command goes where the cluster says now
                 raise error
             redirects = 0
             await backoff.sleep()
@@ -187,16 +190,30 @@ class ShardPipeline(Pipeline):
         self.shard = shard
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        """Send the batch until it runs on the slot's master; with ``raise_on_error=False`` a
+        redirect or a ``CLUSTERDOWN`` in the replies is followed or waited out all the same, and
+        if the router gives up, the replies come back with the refusal in place (as asked)."""
         if self.watching:
             return await super().execute(raise_on_error)
         stack, scripts, explicit = list(self.command_stack), set(self.scripts), self.explicit_transaction
         parent = super().execute
+        last: list[Any] = []
 
         async def once() -> list[Any]:
             self.command_stack, self.scripts, self.explicit_transaction = list(stack), set(scripts), explicit
-            return await parent(raise_on_error)
+            replies: list[Any] = await parent(raise_on_error)
+            for reply in replies if not raise_on_error else ():
+                if isinstance(reply, Exception) and (isinstance(reply, AskError) or retried(reply)):
+                    last[:] = replies
+                    raise reply  # MOVED and ASK (AskError's subclass) are followed, the rest waited out
+            return replies
 
-        return await self.shard.routed(once)
+        try:
+            return await self.shard.routed(once)
+        except Exception as exc:
+            if any(exc is reply for reply in last):
+                return last
+            raise
 
 
 class ClusterRouter:

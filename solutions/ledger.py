@@ -327,3 +327,20 @@ class Ledger:
             self._busy(db, self.busy_timeout_ms)
             (n,) = db.execute("SELECT COUNT(*) FROM charges").fetchone()
         return int(n)
+
+
+def read_rows(path: Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """The rows of a read-only query on a ledger file, from outside the worker (a lab, a check, a test).
+
+    None while the file or its tables do not exist yet: the file appears a moment before the
+    worker has created its tables, so "no such table" also means "no rows yet".
+    """
+    if not path.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+        try:
+            return db.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise

@@ -3,7 +3,8 @@
 Each :class:`Metrics` has a registry of its own, so several workers can live in one process
 (a notebook) without clashing. The endpoint (``--metrics-port``) binds to 127.0.0.1 unless
 ``--metrics-host`` says otherwise. Every series carries the labels ``stream``, ``group`` and
-``consumer``. The names, as Prometheus shows them:
+``consumer``; a sharded worker's (on Redis Cluster) carry ``shard`` too, see
+:mod:`solutions.shard_metrics`. The names, as Prometheus shows them:
 
 =========================================  =========  ==================================================================
 name                                       type       what

@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from redis.exceptions import BusyLoadingError, ResponseError
+from redis.exceptions import BusyLoadingError, RedisError, ResponseError
 
-from solutions.cli import HelpFormatter, Parser, address, redis_url
+from solutions.cli import HelpFormatter, Parser, address, env_addresses, redis_url
 from solutions.connection import Backoff, Client, Streak, connect, describe
 from solutions.failover_watch import FailoverWatch
 from solutions.settings import DEFAULT_REDIS_URL, SOCKET_MARGIN_S, env_default
@@ -209,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="connect through this Sentinel instead (repeatable)",
     )
     p.add_argument("--master-name", default="mymaster", help="the master's name in Sentinel")
+    p.add_argument("--cluster", action="append", type=address, metavar="HOST:PORT",
+                   help="a node of a Redis Cluster (repeatable; BILLING_CLUSTER=H:P,H:P): write each event to the "
+                   "shard <stream>:{tag} its order_id routes to (solutions.shard_producer)")
+    p.add_argument("--shards", type=int, default=env_default("shards", "") or None,
+                   help="with --cluster: the stream's number of shards, fixed for its life (default: as registered)")
     p.add_argument("--stream", default="orders", help="stream to write")
     p.add_argument("--rate", type=float, default=50.0, help="events per second (0: as fast as possible)")
     p.add_argument("--count", type=int, default=None, help="stop after this many sends (default: until SIGINT)")
@@ -225,39 +230,57 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _amain(args: argparse.Namespace) -> Tally:
-    sentinels = tuple(args.sentinel or ())
-    wait_s = args.wait_timeout_ms / 1000 if args.wait_replicas else 0.0
-    client = connect(redis_url=args.redis_url, sentinels=sentinels, master_name=args.master_name,
-                     socket_timeout_s=wait_s + SOCKET_MARGIN_S)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     out = args.log.open("a", encoding="utf-8") if args.log else None
-    watch = asyncio.create_task(FailoverWatch(client, sentinels, args.master_name).run(), name="failover-watch")
     try:
-        with suppress(Exception):  # connect before the schedule starts; a Redis that is down shows in the sends
-            await client.ping()
-        tally = await Producer(client, args, out).run(stop)
+        if args.cluster:
+            from solutions.shard_producer import run_on_cluster  # the cluster router only when asked
+
+            tally = await run_on_cluster(args, stop, out)
+        else:
+            tally = await _to_one_stream(args, stop, out)
     finally:
-        watch.cancel()
-        with suppress(asyncio.CancelledError):
-            await watch
         if out is not None:
             out.close()
-        await client.aclose()
     log.info("producer done: attempted=%s confirmed=%s unknown=%s refused=%s resent=%s", tally.attempted,
              tally.confirmed, tally.unknown, tally.refused, tally.resent)
     return tally
 
 
+async def _to_one_stream(args: argparse.Namespace, stop: asyncio.Event, out: IO[str] | None) -> Tally:
+    """To a plain Redis, or through Sentinel (connections to a replaced master dropped on +switch-master)."""
+    sentinels = tuple(args.sentinel or ())
+    wait_s = args.wait_timeout_ms / 1000 if args.wait_replicas else 0.0
+    client = connect(redis_url=args.redis_url, sentinels=sentinels, master_name=args.master_name,
+                     socket_timeout_s=wait_s + SOCKET_MARGIN_S)
+    watch = asyncio.create_task(FailoverWatch(client, sentinels, args.master_name).run(), name="failover-watch")
+    try:
+        with suppress(Exception):  # connect before the schedule starts; a Redis that is down shows in the sends
+            await client.ping()
+        return await Producer(client, args, out).run(stop)
+    finally:
+        watch.cancel()
+        with suppress(asyncio.CancelledError):
+            await watch
+        await client.aclose()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        args.cluster = args.cluster or env_addresses("cluster")
+    except ValueError as exc:
+        build_parser().error(f"BILLING_CLUSTER: {exc}")
     if args.maxlen is not None and args.maxlen <= 0:
         build_parser().error("--maxlen must be > 0 (leave it out for no trimming)")
     if args.resend < 0:
         build_parser().error("--resend must be >= 0")
+    if args.shards is not None and (args.shards < 1 or not args.cluster):
+        build_parser().error("--shards needs --cluster and must be >= 1")
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
@@ -269,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
         tally = asyncio.run(_amain(args))
     except KeyboardInterrupt:  # a signal before the handlers were installed: nothing was sent
         return 0
+    except (ValueError, RedisError) as exc:  # another shard count (ShardCountError), no cluster node answering
+        log.error("cannot produce: %s", describe(exc))
+        return 1
     if tally.attempted and not tally.confirmed:
         log.error("none of the %s sends was confirmed (see the warnings above, or --log)", tally.attempted)
         return 1

@@ -102,7 +102,7 @@ class Rescuer:
         s = self.settings
         got = int(await self._renew(keys=[s.rescuer_lease_key], args=[s.consumer, self.lease_ms])) == 1
         if got != self.holding:
-            log.info("%s the rescuer lease of group %s", "took" if got else "lost", s.group)
+            log.info("%s the rescuer lease of group %s on %s", "took" if got else "lost", s.group, s.stream)
             self.holding = got
         return got
 

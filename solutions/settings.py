@@ -44,6 +44,8 @@ class Settings:
     redis_url: str = DEFAULT_REDIS_URL
     sentinels: tuple[Address, ...] = ()
     master_name: str = "mymaster"
+    cluster: tuple[Address, ...] = ()  # startup nodes of a Redis Cluster: read the stream's shards there
+    shards: int | None = None  # with ``cluster``: how many shards (None: as registered in <stream>:shards)
     stream: str = "orders"
     group: str = "billing"
     consumer: str = field(default_factory=default_consumer)
@@ -73,6 +75,7 @@ class Settings:
             raise ValueError("invalid settings: " + "; ".join(problems))
         object.__setattr__(self, "ledger", Path(self.ledger))
         object.__setattr__(self, "sentinels", tuple((str(h), int(p)) for h, p in self.sentinels))
+        object.__setattr__(self, "cluster", tuple((str(h), int(p)) for h, p in self.cluster))
 
     def _problems(self) -> list[str]:
         positive = {
@@ -98,7 +101,10 @@ class Settings:
             "" if self.metrics_interval_s > 0 else "metrics_interval_s must be > 0",
             "" if self.metrics_port is None or 0 <= self.metrics_port < 65536 else "bad metrics_port",
             "" if self.stream and self.group and self.consumer else "stream, group and consumer must be set",
-            "" if self.sentinels or self.redis_url else "give redis_url or sentinels",
+            "" if self.sentinels or self.cluster or self.redis_url else "give redis_url, sentinels or cluster",
+            "" if not (self.sentinels and self.cluster) else "give sentinels or cluster, not both",
+            "" if self.shards is None or self.shards >= 1 else f"shards must be >= 1, got {self.shards}",
+            "" if self.shards is None or self.cluster else "shards needs cluster (a stream is sharded on a cluster)",
         ]
 
     @property

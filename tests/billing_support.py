@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from typing import Any
 import redis
 
 from solutions.handler import Handler
-from solutions.ledger import Ledger
+from solutions.ledger import Ledger, read_rows
 from solutions.settings import Settings
 from solutions.worker import Worker
 
@@ -94,19 +93,8 @@ def produce(client: redis.Redis, stream: str, n: int, *, orders: int = 10, start
 
 
 def ledger_rows(ledger: Path, sql: str) -> list[tuple[Any, ...]]:
-    """Rows of a query on a worker's ledger; none while the worker has not created it yet.
-
-    The file appears a moment before its tables do, so "no such table" also means "no rows yet".
-    """
-    if not ledger.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(ledger, timeout=30)) as db:
-        try:
-            return db.execute(sql).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise
+    """Rows of a query on a worker's ledger; none while the worker has not created it yet."""
+    return read_rows(ledger, sql)
 
 
 def charges(ledger: Path) -> list[tuple[str, str, str, str]]:

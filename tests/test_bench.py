@@ -27,7 +27,8 @@ def test_tiny_bench_runs_and_reports_sane_numbers(tmp_path: Path, redis_url: str
     data = json.loads(report.read_text())
     rows = {row["name"]: row for row in data["rows"]}
     sections = {row["section"] for row in data["rows"]}
-    assert {"consume", "concurrency", "produce", "XADD latency", "failover"} <= sections
+    expected = {"consume", "concurrency", "produce", "XADD latency", "failover", "cluster shards", "cluster failover"}
+    assert expected <= sections
     for row in data["rows"]:
         assert row["values"], row["name"]
         assert all(math.isfinite(v) and v > 0 for v in row["values"]), row
@@ -42,3 +43,9 @@ def test_tiny_bench_runs_and_reports_sane_numbers(tmp_path: Path, redis_url: str
         assert min(row["ratios"]) <= row["ratio_q1"] and row["ratio_q3"] <= max(row["ratios"])
         assert isinstance(row["met"], bool)
     assert data["meta"]["placement"]["ping_rtt_us"] > 0
+    shards = [row for row in data["rows"] if row["section"] == "cluster shards"]
+    assert [row["name"].split(",")[1].strip() for row in shards] == ["1 shard(s)", "2 shard(s)"] * 2
+    assert all(row["ratio_of"] == "ideal: N × 1 shard" and row["ratio"] > 0 for row in shards)
+    kill = rows["worker: kill -9 of a shard's master → first charge on that shard"]
+    writer = rows["raw redis-py RedisCluster writer → first XADD to that slot"]
+    assert kill["values"][0] > 0.5 and writer["values"][0] > 0.5  # both waited for the promotion

@@ -109,6 +109,10 @@ def test_a_stale_map_is_corrected_by_moved_for_commands_transactions_and_scripts
                 pipe.set(name, 1).incr(name)
                 seen.append(await pipe.execute())
             router.slot_map.moved(shard.slot, wrong)
+            async with shard.pipeline(transaction=False) as pipe:  # errors in place: MOVED still followed
+                pipe.incr(name).incr(name)
+                seen.append(await pipe.execute(raise_on_error=False))
+            router.slot_map.moved(shard.slot, wrong)
             seen.append(await shard.get(name))
             router.slot_map.moved(shard.slot, wrong)
             seen.append(await shard.register_script("return redis.call('INCR', KEYS[1])")(keys=[name]))
@@ -116,7 +120,7 @@ def test_a_stale_map_is_corrected_by_moved_for_commands_transactions_and_scripts
             await shard.delete(name)
             return seen
 
-    assert asyncio.run(scenario()) == [[True, 2], b"2", 3, True], "each ran once, on the right master"
+    assert asyncio.run(scenario()) == [[True, 2], [3, 4], b"4", 5, True], "each ran once, on the right master"
 
 
 @pytest.mark.failover
@@ -323,3 +327,38 @@ def test_no_startup_node_answering_is_one_connection_error() -> None:
     with pytest.raises(redis.ConnectionError):
         asyncio.run(ClusterRouter.connect([("127.0.0.1", free_port())]))
     assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.failover
+def test_a_pipeline_that_reads_errors_in_place_gets_clusterdown_back_when_the_router_gives_up(
+    healthy_cluster: ClusterTopology,
+) -> None:
+    """raise_on_error=False (how billing-producer tells a refusal from an unknown outcome): CLUSTERDOWN is
+    waited out for retry_for_s, then handed back in place, not raised."""
+    name = shard_name("test:refused", "r")
+    port = next(p for p, ranges in live_masters(healthy_cluster) if any(lo <= slot_of(name) <= hi for lo, hi in ranges))
+    node = healthy_cluster.server(port)
+    lo = next(lo for p, ranges in live_masters(healthy_cluster) if p == port for lo, _ in ranges)
+    other_slot = lo if lo != slot_of(name) else lo + 1
+    with contextlib.closing(node.client()) as admin:
+        admin.config_set("cluster-require-full-coverage", "yes")
+        admin.execute_command("CLUSTER", "DELSLOTS", other_slot)  # type: ignore[no-untyped-call]
+        try:
+            _wait(lambda: admin.cluster("INFO")["cluster_state"] == "fail", 5, "the node to say cluster_state:fail")
+
+            async def scenario() -> tuple[list[Any], float]:
+                options = RoutingOptions(retry_for_s=0.5)
+                async with await ClusterRouter.connect(startup(healthy_cluster), options) as router:
+                    started = time.monotonic()
+                    async with router.client(name).pipeline(transaction=False) as pipe:
+                        pipe.xadd(name, {"n": "1"})
+                        replies = await pipe.execute(raise_on_error=False)
+                    return replies, time.monotonic() - started
+
+            replies, waited_s = asyncio.run(scenario())
+        finally:
+            with contextlib.suppress(redis.ResponseError):
+                admin.execute_command("CLUSTER", "ADDSLOTS", other_slot)  # type: ignore[no-untyped-call]
+            admin.config_set("cluster-require-full-coverage", "no")
+    assert len(replies) == 1 and isinstance(replies[0], redis.exceptions.ClusterDownError), replies
+    assert waited_s >= 0.5, "it was waited out for retry_for_s first"

@@ -9,16 +9,21 @@ import nbformat
 import pytest
 import redis
 from monitoring_support import MonitoredStack
+from redis.cluster import RedisCluster
 
 from labs.experiments.persistence import StopResult, stop_and_count
+from labs.launcher.cluster import ClusterTopology
 from labs.launcher.prom_api import PrometheusAPI
 from labs.panels.quiz import Quiz, QuizKeyError
+from labs.panels.quizzes import cluster as cluster_quiz
 from labs.panels.quizzes import module1, module3, monitoring
 
 pytestmark = pytest.mark.timeout(60)
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 WINDOW = module3.FailoverWindow(acknowledged=5, on_old_master=5, wait_replicas=0, after_resync=(0, 0))
+CLUSTER_FACTS = cluster_quiz.ClusterFacts(resplit_violations=1, killed_gap_s=2.4, others_gap_no_s=0.05,
+                                          others_gap_yes_s=1.0, tail_written=50, tail_survived=0, tail_wait=0)
 
 
 @pytest.fixture(scope="module")
@@ -108,14 +113,37 @@ def test_the_window_needs_an_acknowledged_write() -> None:
         dataclasses.replace(WINDOW, acknowledged=0)
 
 
-@pytest.mark.parametrize("name", ["04_lab1.ipynb", "08_lab3.ipynb"])
+def test_cluster_keys_agree_with_a_real_cluster_and_the_notebooks_facts(cluster: ClusterTopology) -> None:
+    rc = RedisCluster(host="127.0.0.1", port=cluster.addresses().ports[0], decode_responses=True)
+    try:
+        verified = cluster_quiz.quiz(facts=CLUSTER_FACTS).verify(rc, key_prefix="tq:cluster:")
+        assert len(verified) == 8 and all(v.observed == v.expected for v in verified)
+        assert list(rc.scan_iter(match="tq:cluster:*")) == []
+        wrongs: list[dict[str, float]] = [
+            {"resplit_violations": 0}, {"others_gap_no_s": 1.2}, {"others_gap_yes_s": 0.02}, {"tail_survived": 50},
+        ]
+        for change in wrongs:
+            wrong = dataclasses.replace(CLUSTER_FACTS, **change)  # type: ignore[arg-type]
+            with pytest.raises(QuizKeyError):
+                cluster_quiz.quiz(facts=wrong).verify(rc, key_prefix="tq:cluster:")
+    finally:
+        rc.close()
+
+
+def _built(name: str) -> Quiz:
+    if name.startswith("04"):
+        return module1.quiz(redis_url="", graceful_stop=_stop())
+    if name.startswith("08"):
+        return module3.quiz(master_url="", sqlite_duplicates=0, window=WINDOW)
+    return cluster_quiz.quiz(facts=CLUSTER_FACTS)
+
+
+@pytest.mark.parametrize("name", ["04_lab1.ipynb", "08_lab3.ipynb", "09_cluster_streams.ipynb"])
 def test_the_visible_quiz_cell_gives_no_answer_away(name: str) -> None:
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    quiz = (module1 if name.startswith("04") else module3).quiz
     assert "labs.panels.quizzes" in code and "Question(" not in code
-    built = quiz(redis_url="", graceful_stop=_stop()) if name.startswith("04") else quiz(
-        master_url="", sqlite_duplicates=0, window=WINDOW)
+    built = _built(name)
     for question in built.questions:
         right = question.options[question.answer]
         assert question.explain not in code and (len(right) < 5 or right not in code), question.text

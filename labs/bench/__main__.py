@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reps", type=int, help=f"runs per figure, the median is shown (default {runner.FULL.reps})")
     parser.add_argument("--no-failover", action="store_true", help="skip the Sentinel failover rounds")
     parser.add_argument("--no-memory", action="store_true", help="skip the 1M-message memory run")
+    parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster figures (shards, kill -9)")
     parser.add_argument("--out", type=Path, default=REPORTS, help=f"where the JSON goes (default {REPORTS})")
     return parser
 
@@ -50,6 +51,8 @@ def plan_from(args: argparse.Namespace) -> runner.Plan:
         plan = replace(plan, failover_rounds=0)
     if args.no_memory:
         plan = replace(plan, memory_events=0)
+    if args.no_cluster:
+        plan = replace(plan, cluster_shards=(), cluster_kills=0)
     return plan
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import redis
 from rich.progress import Progress, TaskID
 
-from labs.bench import ceiling, memory, producer, recovery, worker_runs
+from labs.bench import ceiling, cluster, memory, producer, recovery, worker_runs
 from labs.bench.results import Row
+from labs.launcher.cluster import ClusterTopology
 from labs.launcher.topology import Topology
 from solutions.settings import Settings
 
@@ -38,10 +39,13 @@ class Plan:
     latency_n: int
     failover_rounds: int
     memory_events: int
+    cluster_shards: tuple[int, ...] = (1, 2, 3, 6)
+    cluster_per_shard: int = 2_000  # events per shard in each throughput run
+    cluster_kills: int = 3
 
 
 FULL = Plan(25_000, 15, (8, 64, 256), 3.0, 20_000, 20_000, 3, 1_000_000)
-TINY = Plan(2_000, 1, (8,), 0.5, 500, 300, 1, 0)
+TINY = Plan(2_000, 1, (8,), 0.5, 500, 300, 1, 0, cluster_shards=(1, 2), cluster_per_shard=200, cluster_kills=1)
 
 
 class Bench:
@@ -200,6 +204,60 @@ class Bench:
         self._advance(task)
 
 
+    async def cluster(self) -> None:
+        """Throughput against shards (5 ms handler and none) and kill -9 to the first charge, on a cluster."""
+        if not self.plan.cluster_shards and not self.plan.cluster_kills:
+            return
+        task = self.progress.add_task("cluster", total=2 + self.plan.cluster_kills)
+        topo = Topology.on_free_ports("cluster", self.workdir / "cluster")
+        assert isinstance(topo, ClusterTopology)
+        try:
+            await asyncio.to_thread(topo.ensure)
+            if self.plan.cluster_shards:
+                for delay_ms in (5, 0):
+                    points = await cluster.scaling(topo, self.workdir, stream=f"bench:shards{delay_ms}ms",
+                                                   shard_counts=self.plan.cluster_shards,
+                                                   per_shard=self.plan.cluster_per_shard, handler_delay_ms=delay_ms)
+                    self.rows += _shard_rows(points, delay_ms)
+                    self._advance(task)
+            await self._cluster_kills(topo, task)
+        finally:
+            await asyncio.to_thread(topo.stop)
+
+    async def _cluster_kills(self, topo: ClusterTopology, task: TaskID) -> None:
+        rounds = self.plan.cluster_kills
+        if rounds == 0:
+            return
+        worker_row = Row("cluster failover", "worker: kill -9 of a shard's master → first charge on that shard", "s")
+        writer_row = Row("cluster failover", "raw redis-py RedisCluster writer → first XADD to that slot", "s")
+        promoted_row = Row("cluster failover", "kill -9 → every node names the new master", "s")
+        others_row = Row("cluster failover", "the other shards' longest pause in charging", "s")
+        for i in range(rounds):
+            got = await cluster.one_kill(topo, self.workdir / f"ledger-cluster-{i}.sqlite3", f"bench:ck{i}")
+            worker_row.values.append(got.worker_s)
+            writer_row.values.append(got.writer_s)
+            promoted_row.values.append(got.promoted_s)
+            others_row.values.append(got.others_gap_s)
+            self._advance(task)
+        gap = worker_row.median - writer_row.median
+        worker_row.ratio, worker_row.ratio_of = gap, "after the writer"
+        worker_row.target, worker_row.met = f"≤ writer + {FAILOVER_GAP_S} s", gap <= FAILOVER_GAP_S
+        others_row.target, others_row.met = "< 1 s", others_row.median < 1.0
+        self.rows += [worker_row, writer_row, promoted_row, others_row]
+
+
+def _shard_rows(points: list[cluster.ThroughputPoint], delay_ms: int) -> list[Row]:
+    """One row per number of shards; with a handler, each against ideal linear scaling."""
+    rows = []
+    one = points[0].rate
+    for p in points:
+        what = f"{delay_ms} ms handler" if delay_ms else "no handler"
+        row = Row("cluster shards", f"{what}, {p.shards} shard(s), 4 handler slots each", "msgs/s", [p.rate])
+        row.ratio, row.ratio_of = p.rate / (p.shards * one), "ideal: N × 1 shard"
+        rows.append(row)
+    return rows
+
+
 async def run_all(url: str, plan: Plan, progress: Progress) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         bench = Bench(url, plan, Path(tmp), progress)
@@ -208,4 +266,5 @@ async def run_all(url: str, plan: Plan, progress: Progress) -> list[Row]:
         await asyncio.to_thread(bench.producer_figures)
         await bench.memory_run()
         await bench.failover()
+        await bench.cluster()
         return bench.rows

@@ -8,11 +8,9 @@ table, and the group's PEL. Every wait polls a condition with a deadline.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -22,6 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
+
+from solutions.ledger import read_rows
 
 GROUP = "billing"
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,15 +132,7 @@ class Charge:
 
 def charges(ledger: Path) -> list[Charge]:
     """Every charge in insertion order; none while the worker has not created the table yet."""
-    if not ledger.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(ledger, timeout=30)) as db:
-        try:
-            rows = db.execute("SELECT event_id, msg_id, consumer, charged_at FROM charges ORDER BY rowid").fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise
+    rows = read_rows(ledger, "SELECT event_id, msg_id, consumer, charged_at FROM charges ORDER BY rowid")
     return [Charge(str(e), str(m), str(c), float(t)) for e, m, c, t in rows]
 
 

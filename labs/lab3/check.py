@@ -1,7 +1,8 @@
 """``make check-lab-3 WORKER="..."``: lab 3's checks against a worker, PASS or FAIL with the reason.
 
 ``python -m labs.lab3.check [--worker CMD] [--strategies sqlite] [--modes normal,crash,failover,sigterm]``
-runs the lab with the quick timings on the native Sentinel topology (started if needed), by
+runs the lab with the quick timings on the native Sentinel topology (``--topology cluster``: on
+the native Redis Cluster, each stream in three shards), started if needed, by
 default only with the ``sqlite`` strategy (the one that promises exactly-once effects), and
 prints each check. ``--worker LABEL=CMD`` given several times checks several workers side by
 side in the same phases (each check's name then starts with ``[LABEL]``). Exit code 0 when
@@ -27,7 +28,7 @@ from labs.report import Check, make_console, print_checks
 
 def run_checks(worker: str | None = None, *, workers: Mapping[str, str | None] | None = None,
                strategies: Sequence[str] = ("sqlite",), modes: Sequence[str] = MODES, env_only: bool = False,
-               reports_dir: Path | None = None, preset: str = "quick") -> list[Check]:
+               reports_dir: Path | None = None, preset: str = "quick", topology: str = "sentinel") -> list[Check]:
     """Every check of lab 3 against ``worker`` (default ``$WORKER``, else the reference), or against
     several ``workers`` side by side (by label; None is the reference)."""
     settings = PRESETS[preset].with_options(strategies=tuple(strategies), modes=tuple(modes))
@@ -37,7 +38,7 @@ def run_checks(worker: str | None = None, *, workers: Mapping[str, str | None] |
         label = (WorkerSpec.from_text(worker) if worker else WorkerSpec.from_env()).label
     try:
         result = run_lab(settings=settings, worker=worker, workers=workers, env_only=env_only,
-                         reports_dir=reports_dir)
+                         reports_dir=reports_dir, topology=topology)
     except LabError as exc:
         return [Check("the workers start and read from the group", False, str(exc))]
     checks = [Check("the workers start and read from the group", True, label), *result.report.checks]
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-only", action="store_true", help="give the worker its settings in the environment only")
     p.add_argument("--reports-dir", type=Path, help="where the report goes (default reports/ or $LAB_REPORTS_DIR)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="timings (default quick)")
+    p.add_argument("--topology", choices=("sentinel", "cluster"), default="sentinel",
+                   help="the native Sentinel topology, or the native Redis Cluster (each stream in three shards)")
     return p
 
 
@@ -70,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             (WorkerSpec.from_text(chosen["worker"]) if chosen["worker"] else WorkerSpec.from_env()).label)
         console.print(f"lab 3 checks of [bold]{names}[/] ({args.preset} timings, modes {', '.join(modes)}) ...")
         checks = run_checks(strategies=[x for x in args.strategies.split(",") if x], modes=modes,
-                            env_only=args.env_only, reports_dir=args.reports_dir, preset=args.preset, **chosen)
+                            env_only=args.env_only, reports_dir=args.reports_dir, preset=args.preset,
+                            topology=args.topology, **chosen)
     except (LauncherError, ValueError) as exc:
         console.print(f"error: {escape(str(exc))}")
         return 2

@@ -16,7 +16,9 @@ left out. Every figure comes from a record the worker does not write (:mod:`labs
    (crash, producer re-sends, failover), and none was charged twice;
 5. XPENDING is empty and the lag 0 at the end of every cell, and something was charged;
 6. SIGTERM: ``billing-2`` had work, wrote ``drain complete``, exited 0, acked nothing it did not do;
-7. failover: an event sent after the fault was charged within 20 s.
+7. failover: an event sent after the fault was charged within 20 s;
+8. failover on a cluster: the shards whose master was not touched never stopped charging for
+   more than a second (each shard's downtime, from the ledger).
 """
 
 from __future__ import annotations
@@ -196,13 +198,37 @@ def check_failover_recovered(runs: Sequence[Run], within_s: float = 20.0) -> Che
     return Check(name, True, f"{_runs(len(fo))}, the slowest resumed after {worst:.1f} s")
 
 
+def check_other_shards_kept_charging(runs: Sequence[Run], within_s: float = 1.0) -> Check | None:
+    name = f"failover on a cluster: the shards whose master stayed never stopped charging for more than {within_s:g} s"
+    fo = [r for r in runs if r.mode == "failover" and r.result.shard_downtime_s]
+    if not fo:
+        return None
+    unhit = [r for r in fo if not r.result.hit_shards]
+    if unhit:
+        return Check(name, False, NOT_EXERCISED + f"{', '.join(_where(r) for r in unhit)}: no shard's master was "
+                     "taken away (see the phases table)")
+    worst: list[tuple[float, str]] = []
+    for r in fo:
+        others = [(d if d is not None else float("inf"), i) for i, d in enumerate(r.result.shard_downtime_s)
+                  if i not in r.result.hit_shards]
+        longest, shard = max(others)
+        said = "never charged" if longest == float("inf") else f"stopped {longest:.2f} s"
+        worst.append((longest, f"{_where(r)}: shard {shard} {said}"))
+    slow = [text for longest, text in worst if longest > within_s]
+    if slow:
+        return Check(name, False, _some(slow))
+    hit = max(max((r.result.shard_downtime_s[i] or 0.0) for i in r.result.hit_shards) for r in fo)
+    return Check(name, True, f"{_runs(len(fo))}: the others' longest stop {max(w for w, _ in worst):.2f} s, while the "
+                 f"shard whose master failed over waited up to {hit:.1f} s")
+
+
 def _seconds(value: float | None) -> str:
     return "never" if value is None else f"{value:.1f} s"
 
 
 CHECKS: tuple[Callable[[Sequence[Run]], Check | None], ...] = (
     check_failures_redelivered, check_crash_taken_over, check_exactly_once, check_dedupe_exercised,
-    check_pending_empty, check_sigterm, check_failover_recovered,
+    check_pending_empty, check_sigterm, check_failover_recovered, check_other_shards_kept_charging,
 )
 
 

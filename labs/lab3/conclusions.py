@@ -136,7 +136,14 @@ def recovery_sentence(runs: Sequence[Run], s: Lab3Settings) -> str | None:
         return None
     first = [r.result.recover_first_charge_s or 0.0 for r in fo]
     gaps = [r.result.downtime_s or 0.0 for r in fo]
-    kind = "kill -9 of the master" if s.failover == "hard" else "SENTINEL FAILOVER"
+    hard = s.failover == "hard"
+    if any(r.record.shards for r in fo):  # on a cluster: one shard's master of every cell
+        kind = "kill -9 of one shard's master" if hard else "CLUSTER FAILOVER of one shard's master"
+        others = [d or 0.0 for r in fo for i, d in enumerate(r.result.shard_downtime_s) if i not in r.result.hit_shards]
+        hit = [r.result.shard_downtime_s[i] or 0.0 for r in fo for i in r.result.hit_shards]
+        return (f"After the {kind}, charging of new events resumed after {_span(first)} s; that shard paused "
+                f"{_span(hit)} s, the other shards at most {max(others, default=0.0):.2f} s.")
+    kind = "kill -9 of the master" if hard else "SENTINEL FAILOVER"
     return (f"After the {kind}, charging of new events resumed after {_span(first)} s; "
             f"the longest pause between charges was {_span(gaps)} s.")
 

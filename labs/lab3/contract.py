@@ -10,6 +10,7 @@ the one log line the lab reads); this table is its summary.
 |---|---|---|
 | ``--sentinel HOST:PORT`` (x3) | ``BILLING_SENTINELS=h:p,h:p,h:p`` | the sentinels |
 | ``--master-name`` | ``BILLING_MASTER_NAME`` | ``mymaster`` |
+| ``--cluster H:P`` (x6), ``--shards`` | ``BILLING_CLUSTER``, ``BILLING_SHARDS`` | on a cluster, not Sentinel |
 | ``--stream``, ``--group``, ``--consumer`` | ``BILLING_STREAM``, ``BILLING_GROUP``, ``BILLING_CONSUMER`` | names |
 | ``--ledger`` | ``BILLING_LEDGER`` | the SQLite file (tables ``charges``, ``applied_events``) |
 | ``--dedupe`` | ``BILLING_DEDUPE`` | ``none`` / ``redis`` / ``sqlite`` |

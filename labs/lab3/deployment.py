@@ -3,9 +3,10 @@
 Everything else in the lab talks to a :class:`Deployment`: the addresses a worker and the
 producer get (flags and environment), the lab's own client of the master, the failover, and
 the write pause that the crash mode uses to catch a worker between its charge and its XACK.
-Today there is one, :class:`SentinelDeployment` (the native ``sentinel`` topology: a master, a
-replica, three sentinels). Another topology (a Redis Cluster, say) is one more class with the
-same methods.
+:class:`SentinelDeployment` is the native ``sentinel`` topology (a master, a replica, three
+sentinels); :class:`~labs.lab3.cluster_site.ClusterDeployment` the native ``cluster`` topology,
+where a cell's stream is sharded (:class:`~labs.lab3.streams.CellStreams` is how the lab reads
+either).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import redis
 
 from labs import launcher
 from labs.lab3.probe import master_client
+from labs.lab3.streams import CellStreams
 from labs.launcher.topology import Topology
 
 FAILOVER_TIMEOUT_S = 30.0
@@ -55,6 +57,14 @@ class Deployment(Protocol):
 
     def pause_writes(self, client: redis.Redis, ms: int) -> contextlib.AbstractContextManager[None]:
         """Hold every write command (XACK, XADD, XREADGROUP ...) for up to ``ms``; reads still answer."""
+        ...
+
+    def cell_streams(self, client: redis.Redis, stream: str) -> CellStreams:
+        """The keys a cell's events live in (one stream, or its shards), read through ``client``."""
+        ...
+
+    def reading_clients(self, client: redis.Redis) -> int:
+        """How many clients wait in XREADGROUP (a worker that only blocks may not show as a consumer yet)."""
         ...
 
 
@@ -111,6 +121,14 @@ class SentinelDeployment:
         topo.wait_ready(FAILOVER_TIMEOUT_S)
         fault["replica_back_after_s"] = time.time() - fault_t
         return fault
+
+    def cell_streams(self, client: redis.Redis, stream: str) -> CellStreams:
+        return CellStreams(client, (stream,))
+
+    def reading_clients(self, client: redis.Redis) -> int:
+        with contextlib.suppress(redis.RedisError):
+            return sum(1 for c in client.client_list() if c.get("cmd") == "xreadgroup")
+        return 0
 
     @contextlib.contextmanager
     def pause_writes(self, client: redis.Redis, ms: int) -> Iterator[None]:

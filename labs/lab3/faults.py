@@ -35,8 +35,7 @@ import redis
 
 from labs.lab3.cell import GROUP, Cell
 from labs.lab3.deployment import Deployment
-from labs.lab3.probe import delivered_before, entries, group_state, pel, pending_ids
-from labs.lab3.record import CrashRecord, charged_msg_ids, read_charges
+from labs.lab3.record import CrashRecord, read_charges
 from labs.lab3.settings import VICTIM, Lab3Settings
 
 log = logging.getLogger(__name__)
@@ -77,18 +76,15 @@ def _acked_not_done(cell: Cell, client: redis.Redis) -> list[str]:
     Read in this order: last delivered id, then XPENDING, then the ledger and the DLQ; an
     entry acked after the XPENDING read was charged before it was acked, so it shows.
     """
+    streams = cell.site.cell_streams(client, cell.stream)
     try:
-        state = group_state(client, cell.stream, GROUP)
-        pending = set(pending_ids(client, cell.stream, GROUP))
+        delivered, pending = streams.delivered(GROUP)
         charged = {c.event_id for c in read_charges(cell.ledger)}
-        dead = {f.get("event_id", "") for _, f in entries(client, cell.dlq)}
-        last = state.last_delivered_id if state else "0-0"
-        delivered = [(i, f.get("event_id", "")) for i, f in entries(client, cell.stream, last)]
+        dead = {f.get("event_id", "") for _, f in streams.dlq_entries()}
     except redis.RedisError as exc:
         log.warning("acked-not-done snapshot of %s failed: %r", cell.name, exc)
         return []
-    return [e for i, e in delivered if delivered_before(last, i) and i not in pending
-            and e not in charged and e not in dead]
+    return [e for i, e in delivered if i not in pending and e not in charged and e not in dead]
 
 
 def crash(cells: Sequence[Cell], s: Lab3Settings, site: Deployment,
@@ -151,11 +147,12 @@ class Crash:
 
     def _held(self, cell: Cell) -> list[str]:
         """Messages the victim charged that are still pending for it (charged, not acked)."""
+        streams = self.site.cell_streams(self.client, cell.stream)
         try:
-            pending = {e.msg_id for e in pel(self.client, cell.stream, GROUP, VICTIM)}
+            pending = {e.msg_id for e in streams.pel(GROUP, VICTIM)}
         except redis.RedisError:
             return []
-        return sorted(pending & charged_msg_ids(cell.ledger, VICTIM)) if pending else []
+        return sorted(pending & streams.charged_ids(cell.ledger, VICTIM)) if pending else []
 
     def _kill(self, cell: Cell, held: list[str]) -> None:
         rec = self.records[cell.name]
@@ -171,10 +168,11 @@ class Crash:
         time.sleep(AFTER_KILL_S)
         for cell in killed:
             rec = self.records[cell.name]
+            streams = self.site.cell_streams(self.client, cell.stream)
             try:
-                pending = {e.msg_id for e in pel(self.client, cell.stream, GROUP, VICTIM)}
+                pending = {e.msg_id for e in streams.pel(GROUP, VICTIM)}
             except redis.RedisError as exc:
                 log.warning("after the kill, XPENDING of %s failed: %r", cell.name, exc)
                 continue
             rec.pending_after_kill = len(pending)
-            rec.held_after_kill = sorted(pending & charged_msg_ids(cell.ledger, VICTIM))
+            rec.held_after_kill = sorted(pending & streams.charged_ids(cell.ledger, VICTIM))

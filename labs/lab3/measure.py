@@ -28,7 +28,10 @@ Definitions (the report repeats them):
 - **missing on new master**: confirmed events that are not in the stream afterwards (with no
   MAXLEN, only a failover can remove a confirmed entry): writes the failover lost;
 - **lost by the failover**: lost events that are also missing on the new master (no worker
-  could have charged them); the rest of the lost are the worker's.
+  could have charged them); the rest of the lost are the worker's;
+- **downtime per shard** (on a cluster): each shard's own downtime, its charges found by their
+  ``order_id`` (the producer's ``shard_of``); the shard whose master the failover took away is
+  the *hit* one.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field
 from labs.lab3.deliveries import delivered_again, failed_attempts, first_charges, pending_after_charge
 from labs.lab3.record import CellRecord, Sample, event_outcomes
 from labs.lab3.settings import VICTIM
+from solutions.shards import shard_of
 
 SHOWN = 5
 WARMUP_S = 3.0
@@ -86,6 +90,8 @@ class CellResult:
     missing_ids: list[str] = field(default_factory=list)
     acked_not_done_ids: list[str] = field(default_factory=list)
     exits: list[dict[str, object]] = field(default_factory=list)
+    shard_downtime_s: list[float | None] = field(default_factory=list)  # on a cluster: per shard
+    hit_shards: list[int] = field(default_factory=list)
 
 
 def longest_gap(times: list[float], start: float, end: float) -> float | None:
@@ -115,6 +121,11 @@ def _timing(r: CellRecord, res: CellResult, sent_after_fault: set[str]) -> None:
     times = [c.t for c in r.charges]
     start = r.fault_t if r.fault_t is not None else r.t0 + WARMUP_S
     res.downtime_s = longest_gap(times, start, r.produce_end)
+    if r.shards:
+        n = len(r.shards)
+        res.shard_downtime_s = [longest_gap([c.t for c in r.charges if shard_of(c.order_id, n) == i], start,
+                                            r.produce_end) for i in range(n)]
+        res.hit_shards = list(r.hit_shards)
     res.confirm_gap_s = longest_gap(sorted(s.t for s in r.sends if s.confirmed), start, r.produce_end)
     if r.settled_t is not None:
         res.settle_s = max(0.0, r.settled_t - r.produce_end)

@@ -47,6 +47,7 @@ class ChargeRow:
     msg_id: str
     consumer: str
     t: float
+    order_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class CellRecord:
     acked_not_done: list[str] | None = None
     crash: CrashRecord | None = None
     stall_ms: int = 1500
+    shards: tuple[str, ...] = ()  # on a cluster: the stream's shards (ids are qualified by their index)
+    hit_shards: tuple[int, ...] = ()  # of them, those whose master the failover took away
 
     @property
     def stream_events(self) -> set[str]:
@@ -135,13 +138,13 @@ def read_charges(ledger: Path) -> list[ChargeRow]:
         return []
     with contextlib.closing(sqlite3.connect(ledger, timeout=30)) as db:
         try:
-            sql = "SELECT event_id, msg_id, consumer, charged_at FROM charges ORDER BY charged_at"
+            sql = "SELECT event_id, msg_id, consumer, charged_at, order_id FROM charges ORDER BY charged_at"
             rows = db.execute(sql).fetchall()
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
             raise
-    return [ChargeRow(str(e), str(m), str(c), float(t)) for e, m, c, t in rows]
+    return [ChargeRow(str(e), str(m), str(c), float(t), str(o)) for e, m, c, t, o in rows]
 
 
 def entries_by_event(entries: Iterable[tuple[str, dict[str, str]]]) -> dict[str, list[str]]:
@@ -160,15 +163,3 @@ def drain_lines(path: Path, offset: int = 0) -> int:
         f.seek(offset)
         text = f.read().decode("utf-8", errors="replace")
     return sum(1 for line in text.splitlines() if DRAIN.search(line))
-
-
-def charged_msg_ids(ledger: Path, consumer: str) -> set[str]:
-    """``SELECT msg_id FROM charges WHERE consumer = ?``: what one worker charged (none if no ledger yet)."""
-    if not ledger.exists():
-        return set()
-    with contextlib.closing(sqlite3.connect(ledger, timeout=5)) as db:
-        try:
-            rows = db.execute("SELECT msg_id FROM charges WHERE consumer = ?", (consumer,)).fetchall()
-        except sqlite3.OperationalError:  # no table yet, or a lock held past the timeout: nothing seen
-            return set()
-    return {str(m) for (m,) in rows}

@@ -1,7 +1,9 @@
 """``make lab-3`` (``python -m labs.lab3``): the four modes, the report, the checks.
 
 Options: ``--quick`` (shorter load per mode), ``--repeat N``, ``--failover graceful``
-(SENTINEL FAILOVER instead of kill -9), ``--strategies``, ``--modes``, ``--worker CMD``
+(SENTINEL FAILOVER, or CLUSTER FAILOVER, instead of kill -9), ``--topology cluster`` (on the
+native Redis Cluster, every stream in three shards: :mod:`labs.lab3.cluster_site`),
+``--strategies``, ``--modes``, ``--worker CMD``
 (default ``$WORKER``, else the reference; give it several times, as ``LABEL=CMD``, to run
 workers side by side, each on cells of its own), ``--env-only`` (pass the worker its settings
 in the environment only). Exit code 0 when every check passes, 1 when one fails, 2 when the
@@ -25,7 +27,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from labs.lab3.contract import WORKER_VAR, WorkerSpec
-from labs.lab3.runner import LabRuns, copy_records, delete_keys, run_phases
+from labs.lab3.runner import LabRuns, copy_records, delete_keys, deployment, run_phases
 from labs.lab3.scenario import LabError
 from labs.lab3.settings import FAILOVER_KINDS, MODES, PRESETS, STRATEGIES, Lab3Settings
 from labs.lab3.summary import build_report
@@ -85,8 +87,9 @@ def run_lab(
     reports_dir: Path | None = None,
     write: bool = True,
     keep_keys: bool = False,
+    topology: str = "sentinel",
 ) -> Lab3Report:
-    """Run lab 3 on the native Sentinel topology (started if needed) and return its report.
+    """Run lab 3 on the native Sentinel topology, or ``topology="cluster"`` (started if needed); its report.
 
     ``progress(text, fraction)`` is called a few times a second with what runs now and how
     far the current phase is. ``worker`` is a command (default ``$WORKER``, else the
@@ -94,13 +97,14 @@ def run_lab(
     label (``{"mine": "./worker", "reference": None}``), each on cells of its own.
     """
     s = settings or PRESETS["quick" if quick else "full"]
-    runs = run_phases(s, worker_specs(worker, workers, env_only=env_only), progress)
+    site = deployment(topology)
+    runs = run_phases(s, worker_specs(worker, workers, env_only=env_only), progress, site=site)
     report = build_report(runs)
     paths = write_report(report, reports_dir) if write else None
     if paths is not None:
         copy_records(runs, paths.folder)
     if not keep_keys:
-        delete_keys(runs)
+        delete_keys(runs, site)
     return Lab3Report(report, paths, runs)
 
 
@@ -115,7 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m labs.lab3", description="Lab 3: a billing worker under faults.")
     p.add_argument("--quick", action="store_true", help="shorter load per mode (see labs/lab3/README.md for the times)")
     p.add_argument("--repeat", type=int, default=1, help="run every cell N times; the table shows median [min..max]")
-    p.add_argument("--failover", choices=FAILOVER_KINDS, default="hard", help="kill -9 (hard) or SENTINEL FAILOVER")
+    p.add_argument("--failover", choices=FAILOVER_KINDS, default="hard",
+                   help="kill -9 (hard), or SENTINEL FAILOVER / CLUSTER FAILOVER (graceful)")
+    p.add_argument("--topology", choices=("sentinel", "cluster"), default="sentinel",
+                   help="the native Sentinel topology, or the native Redis Cluster (each stream in three shards)")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated dedupe strategies")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
     p.add_argument("--worker", action="append", default=[], metavar="[LABEL=]CMD",
@@ -171,11 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
-    console.print(f"lab 3: modes {', '.join(s.modes)} x dedupe {', '.join(s.strategies)}, repeat {s.repeat} ...")
+    console.print(f"lab 3 on {args.topology}: modes {', '.join(s.modes)} x dedupe {', '.join(s.strategies)}, "
+                  f"repeat {s.repeat} ...")
     try:
         with _progress_fn(console) as show:
             result = run_lab(settings=s, env_only=args.env_only, progress=show, reports_dir=args.reports_dir,
-                             keep_keys=args.keep_keys, **worker_args(args.worker))
+                             keep_keys=args.keep_keys, topology=args.topology, **worker_args(args.worker))
     except (LauncherError, LabError, ValueError) as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from labs.lab3.cell import Cell
+from labs.lab3.cluster_site import ClusterDeployment
 from labs.lab3.contract import WorkerSpec
 from labs.lab3.deployment import Deployment, SentinelDeployment
 from labs.lab3.measure import CellResult, measure
@@ -71,6 +72,7 @@ class LabRuns:
     workers: dict[str, str] = field(default_factory=dict)
     phases: list[PhaseTiming] = field(default_factory=list)
     total_s: float = 0.0
+    topology: str = "sentinel"
 
 
 def make_cells(mode: str, run_id: str, home: Path, site: Deployment, specs: dict[str, WorkerSpec],
@@ -99,7 +101,7 @@ def run_phases(s: Lab3Settings, specs: WorkerSpec | dict[str, WorkerSpec], notif
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
     base = home or default_run_dir() / "lab3" / run_id
     label = "; ".join(f"{k}: {v.label}" if k else v.label for k, v in specs.items())
-    runs = LabRuns(s, label, run_id, base, workers={k: v.label for k, v in specs.items()})
+    runs = LabRuns(s, label, run_id, base, workers={k: v.label for k, v in specs.items()}, topology=topology_of(site))
     started = time.monotonic()
     total = s.repeat * len(s.modes)
     for index, (repeat, mode) in enumerate(itertools.product(range(1, s.repeat + 1), s.modes)):
@@ -118,6 +120,19 @@ def run_phases(s: Lab3Settings, specs: WorkerSpec | dict[str, WorkerSpec], notif
     return runs
 
 
+def topology_of(site: Deployment) -> str:
+    return "cluster" if isinstance(site, ClusterDeployment) else "sentinel"
+
+
+def deployment(topology: str) -> Deployment:
+    """The lab's site for a topology name: ``sentinel`` (the default) or ``cluster``."""
+    if topology == "cluster":
+        return ClusterDeployment()
+    if topology == "sentinel":
+        return SentinelDeployment()
+    raise ValueError(f"unknown topology {topology!r}: sentinel or cluster")
+
+
 def _overall(notify: Notify | None, index: int, total: int) -> Notify | None:
     """A phase's progress as part of the whole run: ``[2/9] failover: load 12/30 s``."""
     if notify is None:
@@ -127,8 +142,8 @@ def _overall(notify: Notify | None, index: int, total: int) -> Notify | None:
 
 
 def delete_keys(runs: LabRuns, site: Deployment | None = None) -> int:
-    """Delete the run's keys (streams, DLQs, dedupe markers) from the master; returns how many."""
-    site = site or SentinelDeployment()
+    """Delete the run's keys (streams, DLQs, dedupe markers, shard registries); returns how many."""
+    site = site or deployment(runs.topology)
     site.ensure()
     client = site.client()
     try:

@@ -11,22 +11,24 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import redis
 
 from labs.lab3.cell import GROUP, Cell
 from labs.lab3.deliveries import PelSample
-from labs.lab3.probe import group_state, pel
 from labs.lab3.record import Sample
+from labs.lab3.streams import CellStreams
 
 
 class Sampler:
-    """The groups of ``cells`` every ``interval_s``, on a client of its own."""
+    """The groups of ``cells`` every ``interval_s``, each read through its :class:`CellStreams` (on a
+    client of the sampler's own: the streams' client is closed when the sampler stops)."""
 
-    def __init__(self, cells: Sequence[Cell], client: redis.Redis, interval_s: float) -> None:
+    def __init__(self, cells: Sequence[Cell], streams: Mapping[str, CellStreams], interval_s: float) -> None:
         self.cells = list(cells)
-        self.client = client
+        self.streams = dict(streams)
+        self.client = next(iter(self.streams.values())).client
         self.interval_s = interval_s
         self.samples: dict[str, list[Sample]] = {c.name: [] for c in self.cells}
         self.pels: dict[str, list[PelSample]] = {c.name: [] for c in self.cells}
@@ -46,9 +48,10 @@ class Sampler:
     def sample_once(self) -> None:
         for cell in self.cells:
             t = time.time()
+            streams = self.streams[cell.name]
             try:
-                state = group_state(self.client, cell.stream, GROUP)
-                entries = pel(self.client, cell.stream, GROUP) if state else ()
+                state = streams.group_state(GROUP)
+                entries = streams.pel(GROUP) if state else ()
             except (redis.RedisError, OSError):
                 state, entries = None, None
             self.samples[cell.name].append(Sample(t, state.pending, state.lag) if state else Sample(t, None, None))

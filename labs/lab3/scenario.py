@@ -27,11 +27,11 @@ import redis
 from labs.lab3 import faults
 from labs.lab3.cell import GROUP, Cell
 from labs.lab3.deployment import Deployment
-from labs.lab3.probe import entries, group_state, pending_by_consumer
 from labs.lab3.record import CellRecord, CrashRecord, entries_by_event, read_charges, read_sends
 from labs.lab3.sampler import Sampler
 from labs.lab3.settings import Lab3Settings
-from solutions.connection import is_busygroup
+from labs.lab3.streams import CellStreams
+from solutions.shards import slot_of
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +67,16 @@ class Phase:
 
     # -- steps ---------------------------------------------------------------------------
 
+    def streams(self, cell: Cell) -> CellStreams:
+        """The keys of the cell's stream (one, or its shards on a cluster), read through the phase's client."""
+        return self.site.cell_streams(self.client, cell.stream)
+
     def create_group(self, cell: Cell) -> None:
-        """``XGROUP CREATE <stream> billing 0 MKSTREAM``; BUSYGROUP (it exists) is fine, nothing else is."""
+        """``XGROUP CREATE <stream> billing 0 MKSTREAM`` (on each shard); BUSYGROUP (it exists) is fine."""
         try:
-            self.client.xgroup_create(cell.stream, GROUP, id="0", mkstream=True)
+            self.streams(cell).create_group(GROUP)
         except redis.ResponseError as exc:
-            if not is_busygroup(exc):
-                raise LabError(f"{cell.name}: XGROUP CREATE failed: {exc}") from exc
+            raise LabError(f"{cell.name}: XGROUP CREATE failed: {exc}") from exc
 
     def start_workers(self) -> None:
         """Create the groups, start the workers, and wait until they read (or the start timeout).
@@ -100,14 +103,10 @@ class Phase:
         log.warning("not every worker showed as reading within %.0f s; going on", READY_TIMEOUT_S)
 
     def _consumers(self, cell: Cell) -> set[str]:
-        with contextlib.suppress(redis.RedisError):
-            return {str(c["name"]) for c in self.client.xinfo_consumers(cell.stream, GROUP)}
-        return set()
+        return self.streams(cell).consumers(GROUP)
 
     def _reading_clients(self) -> int:
-        with contextlib.suppress(redis.RedisError):
-            return sum(1 for c in self.client.client_list() if c.get("cmd") == "xreadgroup")
-        return 0
+        return self.site.reading_clients(self.client)
 
     def start_producers(self) -> None:
         """Start every cell's producer and wait until each has logged a send (they start slowly
@@ -180,19 +179,20 @@ class Phase:
 
     def _idle(self, cell: Cell) -> bool:
         with contextlib.suppress(redis.RedisError):
-            state = group_state(self.client, cell.stream, GROUP)
+            state = self.streams(cell).group_state(GROUP)
             return state is not None and state.pending == 0 and state.lag == 0
         return False
 
     def collect(self, cell: Cell, sampler: Sampler, t0: float, produce_end: float, settled: float | None) -> CellRecord:
-        state = group_state(self.client, cell.stream, GROUP)
+        streams = self.streams(cell)
+        state = streams.group_state(GROUP)
         return CellRecord(
             sends=read_sends(cell.sent_log),
-            charges=read_charges(cell.ledger),
-            dlq_events=[f.get("event_id", "") for _, f in entries(self.client, cell.dlq)],
-            stream_entries=entries_by_event(entries(self.client, cell.stream)),
+            charges=streams.qualified_charges(read_charges(cell.ledger)),
+            dlq_events=[f.get("event_id", "") for _, f in streams.dlq_entries()],
+            stream_entries=entries_by_event(streams.entries()),
             pending_end=state.pending if state else -1,
-            pending_end_by_consumer=pending_by_consumer(self.client, cell.stream, GROUP),
+            pending_end_by_consumer=streams.pending_by_consumer(GROUP),
             lag_end=state.lag if state and state.lag is not None else -1,
             samples=sampler.samples[cell.name],
             pels=sampler.pels[cell.name],
@@ -205,6 +205,8 @@ class Phase:
             acked_not_done=self.acked_not_done.get(cell.name),
             crash=self.crashes.get(cell.name),
             stall_ms=self.s.stall_ms,
+            shards=streams.names if streams.sharded else (),
+            hit_shards=hit_shards(streams.names, self.fault.get("slots")) if streams.sharded else (),
         )
 
     # -- the whole phase -----------------------------------------------------------------
@@ -214,7 +216,9 @@ class Phase:
         try:
             self.start_workers()
             marks["workers ready"] = time.monotonic()
-            with Sampler(self.cells, self.site.client(), self.s.sample_interval_s) as sampler:
+            sampler_client = self.site.client()
+            streams = {c.name: self.site.cell_streams(sampler_client, c.stream) for c in self.cells}
+            with Sampler(self.cells, streams, self.s.sample_interval_s) as sampler:
                 self.start_producers()
                 t0 = time.time()
                 produce_end = self.load(t0)
@@ -231,6 +235,13 @@ class Phase:
                 cell.kill_all()
             self.client.close()
         return PhaseResult(self.mode, records, _durations(marks), dict(self.fault))
+
+
+def hit_shards(names: Sequence[str], slots: Sequence[Sequence[int]] | None) -> tuple[int, ...]:
+    """The shards whose slot lies in the failed master's ranges (none without a failover)."""
+    if not slots:
+        return ()
+    return tuple(i for i, name in enumerate(names) if any(lo <= slot_of(name) <= hi for lo, hi in slots))
 
 
 def _durations(marks: dict[str, float]) -> dict[str, float]:

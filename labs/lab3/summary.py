@@ -119,6 +119,21 @@ def timing_table(lab: LabRuns) -> Table:
     return Table("Phases: how long each took (seconds)", ("mode", "repeat", "total s", "steps", "fault"), tuple(rows))
 
 
+def shard_table(runs: Sequence[Run]) -> Table | None:
+    """On a cluster: each shard's downtime per cell, the shard(s) whose master the failover took marked."""
+    rows = []
+    for r in runs:
+        names = r.record.shards
+        for i, downtime in enumerate(r.result.shard_downtime_s):
+            hit = "its master failed over" if i in r.result.hit_shards else ""
+            rows.append((r.variant, r.strategy, i, names[i].rsplit(":", 1)[-1] if i < len(names) else "", hit,
+                         None if downtime is None else round(downtime, 2)))
+    if not rows:
+        return None
+    return Table("Per shard: downtime (longest gap between the shard's charges from the fault, or over the load)",
+                 ("mode", "dedupe", "shard", "tag", "fault", "downtime s"), tuple(rows))
+
+
 def _fault_text(fault: dict[str, Any]) -> str:
     if not fault:
         return ""
@@ -152,11 +167,19 @@ def settings_table(lab: LabRuns) -> Table:
                     f"{s.min_idle_scale:g}x shorter than the course's 2 minutes"),
         ("metrics", f"logged every {s.metrics_interval_s:g} s (the course: {COURSE_METRICS_INTERVAL_S:g} s)"),
         ("load", f"{s.produce_s:g} s per mode ({s.failover_produce_s:g} s for failover), fault at {s.fault_at_s:g} s"),
-        ("failover", "kill -9 of the master" if s.failover == "hard" else "SENTINEL FAILOVER (graceful)"),
+        ("failover", _failover_text(lab)),
         ("cells", "the strategies of a mode run at the same time, each on its own stream, group and ledger"),
         ("records", str(lab.home)),
     )
     return Table("Settings", ("setting", "value"), rows)
+
+
+def _failover_text(lab: LabRuns) -> str:
+    hard = lab.settings.failover == "hard"
+    if lab.topology == "cluster":
+        return ("kill -9 of the master that serves slot 0 (one shard of every cell)" if hard
+                else "CLUSTER FAILOVER on that master's replica (graceful)")
+    return "kill -9 of the master" if hard else "SENTINEL FAILOVER (graceful)"
 
 
 def report_data(lab: LabRuns) -> dict[str, Any]:
@@ -176,13 +199,15 @@ def report_data(lab: LabRuns) -> dict[str, Any]:
         "results": results,
         "phases": lab.phases,
         "total_s": lab.total_s,
+        "topology": lab.topology,
     }
 
 
 def build_report(lab: LabRuns) -> Report:
     report = Report(name="lab3", title="Lab 3: a billing worker under failover and SIGTERM")
     report.checks = evaluate(lab.runs)
-    report.tables = [main_table(lab.runs), timing_table(lab), settings_table(lab)]
+    shards = shard_table(lab.runs)
+    report.tables = [main_table(lab.runs), *([shards] if shards else []), timing_table(lab), settings_table(lab)]
     report.figures = figures.figures(lab.runs)
     report.notes = [*conclusions.conclusions(lab.runs, lab.settings), DEFINITIONS]
     report.data = jsonable(report_data(lab))

@@ -1,0 +1,120 @@
+"""The bench on Redis Cluster: throughput against the number of shards, and kill -9 of a master to the first charge.
+
+- :func:`scaling`: :func:`labs.experiments.cluster_scaling.throughput` for each number of shards,
+  with a 5 ms handler (the figure is its ratio to ideal linear scaling, N x one shard) and with
+  none (msgs/s: what one worker process does with N shards when nothing waits).
+- :func:`one_kill`: the sharded worker under load on three shards, a raw writer beside it (redis-py's
+  own ``RedisCluster``, XADD every few ms to a key in the slot of shard 0, a short pause on error),
+  then kill -9 of shard 0's master. The raw writer marks when the promoted replica first takes a
+  write; no worker can charge on that shard before, so the gap between the two is what the worker
+  adds. The other shards' longest pause in charging is kept too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from redis.asyncio.cluster import RedisCluster
+
+from labs.experiments.cluster_load import ShardWriters, longest_gaps, read_charges
+from labs.experiments.cluster_scaling import ThroughputPoint, throughput
+
+__all__ = ["ClusterRecovery", "ThroughputPoint", "one_kill", "scaling"]
+from labs.experiments.cluster_worker import running, startup_nodes, worker_settings
+from labs.launcher.cluster import ClusterTopology
+from labs.launcher.cluster_state import owner, replicas_of
+from solutions.cluster_router import ClusterRouter, RoutingOptions
+from solutions.shards import ensure_shards, slot_of
+
+PROBE_INTERVAL_S = 0.005
+SAMPLE_S = 0.002
+
+
+async def scaling(
+    topology: ClusterTopology, workdir: Path, *, stream: str, shard_counts: tuple[int, ...], per_shard: int,
+    handler_delay_ms: int,
+) -> list[ThroughputPoint]:
+    """Charges per second for each number of shards (one worker, 4 handler slots per shard)."""
+    folder = workdir / f"{stream.replace(':', '-')}"
+    folder.mkdir(parents=True, exist_ok=True)
+    # A waiting handler: 4 slots and a read of 8 per shard. None: reads of 100, as the rest of the bench.
+    count = 8 if handler_delay_ms else 100
+    return await throughput(topology, stream=stream, ledger_dir=folder, shard_counts=shard_counts,
+                            per_shard=per_shard, handler_delay_ms=handler_delay_ms, count=count)
+
+
+@dataclass(frozen=True)
+class ClusterRecovery:
+    worker_s: float  # kill -9 to the worker's first charge on the killed master's shard
+    writer_s: float  # kill -9 to the raw writer's first XADD to that shard's slot
+    promoted_s: float  # kill -9 to every live node naming the new master
+    others_gap_s: float  # the other shards' longest pause in charging around the kill
+
+
+async def _first_write_after(startup: list[tuple[str, int]], key: str, killed_at: asyncio.Future[float]) -> float:
+    """redis-py's RedisCluster: seconds from the kill to its first successful XADD on ``key``."""
+    client = RedisCluster(host=startup[0][0], port=startup[0][1], socket_timeout=0.5, socket_connect_timeout=0.5)
+    try:
+        await client.xadd(key, {"probe": "0"})  # connected and the slot map loaded before the kill
+        at = await killed_at
+        while True:
+            try:
+                await client.xadd(key, {"probe": "1"})
+                return time.monotonic() - at
+            except (redis.RedisError, OSError):
+                await asyncio.sleep(PROBE_INTERVAL_S)
+    finally:
+        await client.aclose()
+
+
+async def one_kill(topology: ClusterTopology, ledger: Path, stream: str, *, rate: float = 300.0) -> ClusterRecovery:
+    """Load on three shards, the worker and the raw writer; kill -9 shard 0's master; time both recoveries.
+
+    The load's writers retry every 10-20 ms (as the raw writer does), so that what the worker's
+    first charge measures is the worker, not a writer still backing off.
+    """
+    startup = startup_nodes(topology)
+    fast = RoutingOptions(backoff_base_s=0.01, backoff_cap_s=0.02)
+    async with await ClusterRouter.connect(startup, fast) as router:
+        shards = await ensure_shards(router, stream, 3)
+        hit = shards.names[0]
+        view = await asyncio.to_thread(topology.nodes)
+        old = owner(view, slot_of(hit))
+        assert old is not None
+        new = replicas_of(view, old)[0]
+        writers, stop = ShardWriters(router, shards, rate=rate), asyncio.Event()
+        killed_at: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        async with running(worker_settings(startup, stream, 3, ledger)) as worker:
+            loading = asyncio.create_task(writers.run(stop))
+            while worker.shard_counts()[hit].acked < 20:
+                await asyncio.sleep(0.01)
+            probe = asyncio.create_task(_first_write_after(startup, f"{hit}:probe", killed_at))
+            await asyncio.sleep(0.2)
+            at, wall_at = time.monotonic(), time.time()
+            await asyncio.to_thread(topology.server(old.port).kill, signal.SIGKILL)  # returns once it is gone
+            before = worker.shard_counts()[hit].acked
+            killed_at.set_result(at)
+            await asyncio.to_thread(topology.wait_serving, new, slot_of(hit), at + 30)
+            promoted_s = time.monotonic() - at
+            while worker.shard_counts()[hit].acked <= before:
+                await asyncio.sleep(SAMPLE_S)
+            worker_s = time.monotonic() - at
+            writer_s = await asyncio.wait_for(probe, 30)
+            stop.set()
+            await loading
+        # From just before the kill until the killed shard charged again: the others must charge all along.
+        gaps = longest_gaps(read_charges(ledger), 3, since=wall_at - 0.2, until=wall_at + worker_s)
+        await router.client(hit).delete(f"{hit}:probe")
+    await asyncio.to_thread(_rejoin, topology, old.port)
+    return ClusterRecovery(worker_s, writer_s, promoted_s, max(gaps[1:]))
+
+
+def _rejoin(topology: ClusterTopology, port: int) -> None:
+    """The killed master back, as a replica of the new one, so that the next round can kill again."""
+    topology.start(topology.server(port))
+    topology.wait_ready()

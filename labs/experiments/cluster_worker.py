@@ -1,0 +1,256 @@
+"""The sharded worker on a real cluster under load: a master's death, a live reshard, per-key order.
+
+Each scenario runs :class:`~solutions.shard_worker.ShardedWorker` as asyncio tasks in this process
+(as notebook 09 does) with a SQLite ledger, and judges it from records the worker does not
+write: the writers' acknowledged XADDs (:mod:`labs.experiments.cluster_load`), the ledger, and
+XPENDING read from the cluster.
+
+- :func:`fault_under_load`: writers at a steady rate, the worker, then ``kill -9`` (or ``CLUSTER
+  FAILOVER``) of the master that serves shard 0; each shard's longest pause in charging, lost
+  and duplicated events, per-key order, XPENDING at the end.
+- :func:`reshard_under_load`: the same load while shard 0's slot moves to another master
+  (``CLUSTER SETSLOT`` + ``MIGRATE``, :mod:`labs.launcher.reshard`); a pending entry of a
+  crashed consumer travels with the stream and is rescued on the new master.
+- :func:`steady_load`: the same load with no fault: per-key order holds, the global order does not.
+
+Throughput against the number of shards, and a change of N: :mod:`labs.experiments.cluster_scaling`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from labs.experiments.cluster_faults import set_full_coverage
+from labs.experiments.cluster_load import (
+    Charged,
+    ShardWriters,
+    Tally,
+    global_inversions,
+    key_order_violations,
+    longest_gaps,
+    read_charges,
+    tally,
+)
+from labs.launcher.cluster import ClusterTopology
+from labs.launcher.reshard import move_slot
+from solutions.cluster_router import ClusterRouter
+from solutions.settings import Address, Settings
+from solutions.shard_worker import ShardedWorker
+from solutions.shards import ShardSet, ensure_shards, shard_of, slot_of
+
+GROUP = "billing"
+DRAIN_TIMEOUT_S = 30.0
+Mark = Callable[[str], None]  # called with a label when the fault starts (a live chart draws a line)
+
+
+def worker_settings(startup: Sequence[Address], stream: str, shards: int, ledger: Path, **overrides: Any) -> Settings:
+    """The scenarios' worker: 5 ms handler, short BLOCK, rescuer after 1.5 s idle, sqlite dedupe."""
+    values: dict[str, Any] = {
+        "cluster": tuple(startup), "shards": shards, "stream": stream, "group": GROUP, "consumer": "w1",
+        "ledger": ledger, "handler_delay_ms": 5, "block_ms": 500, "min_idle_ms": 1500, "claim_interval_ms": 250,
+        "metrics_interval_s": 60.0, "drain_timeout_s": 10.0, "dedupe": "sqlite",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def startup_nodes(topology: ClusterTopology) -> list[Address]:
+    return [("127.0.0.1", port) for port in topology.addresses().ports]
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings) -> Any:
+    """A sharded worker as a task for the duration of the block, then drained."""
+    worker = ShardedWorker(settings)
+    task = asyncio.create_task(worker.run())
+    deadline = time.monotonic() + 15
+    while not worker.started.is_set() and not task.done() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    if task.done():
+        task.result()  # raises what stopped it
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(task, settings.drain_timeout_s + 10)
+
+
+async def wait_charged(ledger: Path, event_ids: set[str], timeout_s: float) -> list[Charged]:
+    """Poll the ledger until every event id in ``event_ids`` is charged (or the deadline); its rows."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        charges = read_charges(ledger)
+        if event_ids <= {c.event_id for c in charges} or time.monotonic() > deadline:
+            return charges
+        await asyncio.sleep(0.05)
+
+
+async def pending_counts(router: ClusterRouter, shards: ShardSet) -> list[int]:
+    """XPENDING's count on every shard."""
+    return [int((await router.client(n).xpending(n, GROUP))["pending"]) for n in shards.names]
+
+
+# -- a master's death, or a reshard, under load ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FaultRun:
+    """What a fault under load did to each shard, judged from the writers' record and the ledger."""
+
+    kind: str  # kill -9, CLUSTER FAILOVER or reshard
+    shards: tuple[str, ...]
+    hit: int  # the index of the shard whose master died or whose slot moved
+    old_master: int
+    new_master: int
+    fault_s: float  # from the fault until every node agreed on the new owner
+    gaps_s: tuple[float, ...]  # each shard's longest pause in charging, from just before the fault
+    tally: Tally
+    violations: int  # per-key order
+    pending_end: tuple[int, ...]
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def others_gap_s(self) -> float:
+        return max((g for i, g in enumerate(self.gaps_s) if i != self.hit), default=0.0)
+
+
+async def fault_under_load(
+    topology: ClusterTopology, *, stream: str, ledger: Path, shards: int = 3, rate: float = 300.0,
+    before_s: float = 1.5, after_s: float = 1.5, hard: bool = True, mark: Mark | None = None,
+    full_coverage: bool = False,
+) -> FaultRun:
+    """Writers and the worker, then the master of shard 0 dies (``hard``) or hands over (``CLUSTER FAILOVER``).
+
+    ``full_coverage`` sets ``cluster-require-full-coverage yes`` on every node for the run (the
+    Redis default; the lab topology runs with ``no``) and sets it back to ``no`` afterwards.
+    """
+
+    async def fault(router: ClusterRouter, shard_set: ShardSet) -> tuple[int, int, float, dict[str, Any]]:
+        port = _owner_port(router, shard_set.names[0])
+        if mark is not None:
+            mark("kill -9" if hard else "CLUSTER FAILOVER")
+        result = await asyncio.to_thread(topology.failover, hard=hard, master_port=port, restart_old=True)
+        return result.old_master[1], result.new_master[1], result.elapsed_s, {"ready_s": result.ready_s}
+
+    set_full_coverage(topology, full_coverage)
+    try:
+        run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate,
+                                before_s=before_s, after_s=after_s, fault=fault)
+    finally:
+        set_full_coverage(topology, False)
+    return replace(run, kind="kill -9" if hard else "CLUSTER FAILOVER", detail={**run.detail,
+                                                                                 "full_coverage": full_coverage})
+
+
+async def reshard_under_load(
+    topology: ClusterTopology, *, stream: str, ledger: Path, shards: int = 3, rate: float = 200.0,
+    before_s: float = 1.0, after_s: float = 2.5, mark: Mark | None = None,
+) -> FaultRun:
+    """Writers and the worker while shard 0's slot moves to the next master, with a crashed consumer's entry."""
+
+    async def fault(router: ClusterRouter, shard_set: ShardSet) -> tuple[int, int, float, dict[str, Any]]:
+        name = shard_set.names[0]
+        client = router.client(name)
+        async with client.pipeline(transaction=True) as pipe:  # MULTI: the worker's blocked read cannot take it first
+            pipe.xadd(name, {"type": "order.paid", "order_id": "order-stuck", "amount": "1.00", "event_id": "stuck-0"})
+            pipe.xreadgroup(GROUP, "crashed", {name: ">"}, count=1_000)  # takes what is new, and never acks
+            stuck, _ = await pipe.execute()
+        before = await _pel_row(client, name, stuck)
+        source = _owner_port(router, name)
+        masters = sorted(port for (_, port) in router.masters())
+        target = masters[(masters.index(source) + 1) % len(masters)]
+        if mark is not None:
+            mark("reshard")
+        started = time.monotonic()
+        await asyncio.to_thread(move_slot, topology, slot_of(name), target)
+        elapsed_s = time.monotonic() - started
+        after = await _pel_row(client, name, stuck)
+        detail = {"stuck_id": _text(stuck), "pel_before": before, "pel_after": after, "extra_events": ("stuck-0",)}
+        return source, target, elapsed_s, detail
+
+    run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate, before_s=before_s,
+                            after_s=after_s, fault=fault)
+    return replace(run, kind="reshard")
+
+
+Fault = Callable[[ClusterRouter, ShardSet], Any]
+
+
+async def _under_load(
+    topology: ClusterTopology, *, stream: str, ledger: Path, shards: int, rate: float, before_s: float,
+    after_s: float, fault: Fault | None, **worker: Any,
+) -> FaultRun:
+    startup = startup_nodes(topology)
+    async with await ClusterRouter.connect(startup) as router:
+        shard_set = await ensure_shards(router, stream, shards)
+        writers, stop = ShardWriters(router, shard_set, rate=rate), asyncio.Event()
+        async with running(worker_settings(startup, stream, shards, ledger, **worker)):
+            writing = asyncio.create_task(writers.run(stop))
+            await asyncio.sleep(before_s)
+            fault_at = time.time()
+            old, new, fault_s, detail = await fault(router, shard_set) if fault else (0, 0, 0.0, {})
+            await asyncio.sleep(after_s)
+            stop.set()
+            sent = await writing
+            confirmed = {s.event_id for s in sent} | set(detail.get("extra_events", ()))
+            charges = await wait_charged(ledger, confirmed, DRAIN_TIMEOUT_S)
+            await _wait_pending_zero(router, shard_set, DRAIN_TIMEOUT_S)
+        pending = await pending_counts(router, shard_set)
+    last_sent = [max((x.t for x in sent if x.shard == i), default=fault_at) for i in range(shards)]
+    gaps = longest_gaps(charges, shards, since=fault_at - 0.2, until=last_sent)
+    return FaultRun(
+        kind="", shards=shard_set.names, hit=0, old_master=old, new_master=new, fault_s=fault_s,
+        gaps_s=tuple(gaps), tally=tally(sent, charges), violations=key_order_violations(charges),
+        pending_end=tuple(pending),
+        detail={**detail, "sent": len(sent), "writer_failures": writers.failures,
+                "global_inversions": global_inversions(charges), "charged_per_shard": _per_shard(charges, shards)},
+    )
+
+
+async def steady_load(
+    topology: ClusterTopology, *, stream: str, ledger: Path, shards: int = 3, rate: float = 400.0,
+    seconds: float = 2.0, parallelism: int = 8, handler_jitter_ms: int = 5,
+) -> FaultRun:
+    """Writers and the worker with no fault: per-key order and the global order of the charges."""
+    run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate, before_s=seconds,
+                            after_s=0.0, fault=None, parallelism=parallelism, handler_jitter_ms=handler_jitter_ms)
+    return replace(run, kind="none")
+
+
+def _per_shard(charges: Sequence[Charged], shards: int) -> tuple[int, ...]:
+    counts = [0] * shards
+    for charge in charges:
+        counts[shard_of(charge.order_id, shards)] += 1
+    return tuple(counts)
+
+
+async def _wait_pending_zero(router: ClusterRouter, shards: ShardSet, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sum(await pending_counts(router, shards)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+
+
+async def _pel_row(client: Any, name: str, msg_id: Any) -> dict[str, Any]:
+    rows = await client.xpending_range(name, GROUP, min=msg_id, max=msg_id, count=1)
+    if not rows:
+        return {}
+    row = rows[0]
+    return {"consumer": _text(row["consumer"]), "deliveries": int(row["times_delivered"])}
+
+
+def _owner_port(router: ClusterRouter, key: str) -> int:
+    addr = router.owner(key)
+    if addr is None:
+        raise RuntimeError(f"no master known for {key}")
+    return addr[1]
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+

@@ -1,0 +1,132 @@
+"""Lab 3 on Redis Cluster (``make lab-3 TOPOLOGY=cluster``): the :class:`~labs.lab3.deployment.Deployment`
+of the native ``cluster`` topology (3 masters + 3 replicas).
+
+Each cell's stream is ``SHARDS`` shards (one per master: the tags come from ``CLUSTER SLOTS``,
+:mod:`solutions.shards`), registered by the lab before its workers and producer start; the
+worker gets ``--cluster HOST:PORT`` (every node) and ``--shards``, and so does the producer.
+The failover kills (or ``CLUSTER FAILOVER``s) the master that serves slot 0: in every cell it
+serves one shard (the *hit* shard, recorded in the fault as the killed master's slot ranges),
+while the other two shards' masters live on, and the report checks that those shards never
+stopped charging for more than a second. The crash mode's write pause is ``CLIENT PAUSE ...
+WRITE`` on every master.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+from labs import launcher
+from labs.lab3.streams import CellStreams
+from labs.launcher.cluster import ClusterTopology
+from labs.launcher.cluster_state import replicas_of
+from labs.launcher.topology import Topology
+from solutions.cluster_router import ClusterRouter
+from solutions.settings import Address
+from solutions.shards import ensure_shards
+
+SHARDS = 3
+FAILOVER_TIMEOUT_S = 30.0
+SOCKET_TIMEOUT_S = 1.0
+
+
+@dataclass
+class ClusterDeployment:
+    """The native cluster topology (``make up-cluster``), found through ``labs.launcher``."""
+
+    shards: int = SHARDS
+    nodes: tuple[Address, ...] = ()
+    names: dict[str, tuple[str, ...]] = field(default_factory=dict)  # a cell's stream -> its shards
+
+    def ensure(self) -> None:
+        addrs = launcher.ensure("cluster")
+        self.nodes = tuple(("127.0.0.1", port) for port in addrs.ports)
+
+    def _cluster_flags(self) -> list[tuple[str, str]]:
+        return [*(("cluster", f"{h}:{p}") for h, p in self.nodes), ("shards", str(self.shards))]
+
+    def worker_flags(self) -> list[tuple[str, str]]:
+        return self._cluster_flags()
+
+    def worker_env(self) -> dict[str, str]:
+        return {"BILLING_CLUSTER": ",".join(f"{h}:{p}" for h, p in self.nodes), "BILLING_SHARDS": str(self.shards)}
+
+    def producer_flags(self) -> list[str]:
+        return [arg for name, value in self._cluster_flags() for arg in (f"--{name}", value)]
+
+    def client(self) -> redis.Redis:
+        """A ``RedisCluster`` (decoded replies, short timeouts): every key to its slot's master."""
+        host, port = self.nodes[0]
+        client: Any = RedisCluster(host=host, port=port, decode_responses=True, socket_timeout=SOCKET_TIMEOUT_S,
+                                   socket_connect_timeout=SOCKET_TIMEOUT_S)
+        return client  # type: ignore[no-any-return]
+
+    def cell_streams(self, client: Any, stream: str) -> CellStreams:
+        """The cell's shards, registered with ``SET NX`` in ``<stream>:shards`` on first use."""
+        if stream not in self.names:
+            self.names[stream] = asyncio.run(self._register(stream))
+        return CellStreams(client, self.names[stream])
+
+    async def _register(self, stream: str) -> tuple[str, ...]:
+        async with await ClusterRouter.connect(list(self.nodes)) as router:
+            return (await ensure_shards(router, stream, self.shards)).names
+
+    def reading_clients(self, client: Any) -> int:
+        """Clients blocked in XREADGROUP on any master."""
+        total = 0
+        for node in client.get_primaries():
+            with contextlib.suppress(redis.RedisError):
+                conn = client.get_redis_connection(node)
+                total += sum(1 for c in conn.client_list() if c.get("cmd") == "xreadgroup")
+        return total
+
+    def fail_over(self, hard: bool) -> dict[str, Any]:
+        """``kill -9`` (``hard``) or ``CLUSTER FAILOVER`` of the master that serves slot 0, timed.
+
+        Returns ``kind``, ``old`` and ``new``, ``slots`` (the killed master's slot ranges: the
+        shards there are the hit ones), ``fault_t``, ``promoted_t`` and ``promoted_after_s``; after a
+        kill the old master is started again and rejoins as a replica (``replica_back_after_s``).
+        """
+        topo = Topology.from_env("cluster")
+        assert isinstance(topo, ClusterTopology)
+        view = topo.nodes()
+        old = next(n for n in view if n.is_master and n.owns(0))
+        new = replicas_of(view, old)[0]
+        fault_t = time.time()
+        deadline = time.monotonic() + FAILOVER_TIMEOUT_S
+        if hard:
+            topo.server(old.port).kill(signal.SIGKILL)
+        else:
+            with contextlib.closing(topo.server(new.port).client()) as replica:
+                replica.execute_command("CLUSTER", "FAILOVER")  # type: ignore[no-untyped-call]
+        topo.wait_serving(new, old.slots[0][0], deadline)
+        promoted_t = time.time()
+        fault = {"kind": "kill -9" if hard else "CLUSTER FAILOVER", "old": ("127.0.0.1", old.port),
+                 "new": ("127.0.0.1", new.port), "slots": [list(r) for r in old.slots], "fault_t": fault_t,
+                 "promoted_t": promoted_t, "promoted_after_s": promoted_t - fault_t}
+        if hard:
+            topo.start(topo.server(old.port))
+        topo.wait_ready(FAILOVER_TIMEOUT_S)
+        fault["replica_back_after_s"] = time.time() - fault_t
+        return fault
+
+    @contextlib.contextmanager
+    def pause_writes(self, client: Any, ms: int) -> Iterator[None]:
+        """``CLIENT PAUSE ms WRITE`` on every master, ``CLIENT UNPAUSE`` on the way out."""
+        primaries = client.get_primaries()
+        for node in primaries:
+            client.get_redis_connection(node).client_pause(ms, all=False)
+        try:
+            yield
+        finally:
+            for node in primaries:
+                with contextlib.suppress(redis.RedisError):
+                    client.get_redis_connection(node).client_unpause()
