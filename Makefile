@@ -8,6 +8,10 @@ STAMP := $(VENV)/.installed
 LAB := $(PY) -m labs
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST_ARGS ?=
+# Most of the suite waits on Redis (failovers, BLOCK, fixed-rate producers): two workers, each with its
+# own Redis processes on free ports, halve its time on 2 cores. --dist loadfile keeps a notebook's
+# cells (and a test file's shared cluster or stack) in one worker.
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 .PHONY: help setup redis-bin browser monitoring-bin up-monitoring check-rules \
@@ -110,8 +114,8 @@ lint: setup ## ruff and mypy
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/mypy
 
-test: lint ## the whole suite: ruff, mypy, pytest and every notebook under nbval
-	@$(VENV)/bin/pytest -p no:cacheprovider -rs --durations=10 tests $(NOTEBOOKS) \
+test: lint ## the whole suite: ruff, mypy, pytest and every notebook under nbval (TEST_WORKERS=0: one process)
+	@$(VENV)/bin/pytest -p no:cacheprovider -rs --durations=10 -n $(TEST_WORKERS) --dist loadfile tests $(NOTEBOOKS) \
 		$(if $(NOTEBOOKS),--nbval-lax --nbval-current-env --nbval-cell-timeout=120) $(PYTEST_ARGS)
 
 clean: ## stop everything and remove .venv, .run and reports

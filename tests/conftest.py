@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import redis
 from monitoring_support import MonitoredStack
+from port_support import cluster_ports
 
 from labs.launcher import ports, prom_binaries
 from labs.launcher.cluster import ClusterTopology
@@ -53,7 +54,7 @@ def _free_ports_into_env() -> None:
         os.environ[var] = str(ports.free_port())
     os.environ[ports.SENTINEL_PORTS_VAR] = ",".join(str(ports.free_port()) for _ in range(3))
     # Cluster nodes also listen on port + 10000 (the cluster bus): both must be free.
-    os.environ[ports.CLUSTER_PORTS_VAR] = ",".join(map(str, ports.free_cluster_ports(6)))
+    os.environ[ports.CLUSTER_PORTS_VAR] = ",".join(map(str, cluster_ports(6)))
     os.environ[ports.EXPORTER_PORTS_VAR] = ",".join(str(p) for p in _distinct_free_ports(EXPORTER_SLOTS))
 
 
@@ -180,7 +181,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopolog
     """
     if not (shutil.which("redis-server") and shutil.which("redis-cli")):
         pytest.skip("redis-server or redis-cli is not installed (run 'make setup')")
-    topo = Topology.on_free_ports("cluster", tmp_path_factory.mktemp("cluster"))
+    topo = Topology.create("cluster", tmp_path_factory.mktemp("cluster"), server_ports=cluster_ports(6))
     assert isinstance(topo, ClusterTopology)
     try:
         topo.ensure()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from port_support import cluster_ports
 
 from labs.launcher import ports
 from labs.launcher.cluster import ClusterTopology
@@ -81,7 +82,7 @@ def test_hard_failover_promotes_the_replica_and_the_old_master_rejoins(healthy_c
 
 
 def test_busy_bus_port_names_the_variable(tmp_path: Path) -> None:
-    picked = ports.free_cluster_ports(6)
+    picked = cluster_ports(6)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", picked[2] + ports.CLUSTER_BUS_OFFSET))
         squatter.listen()
@@ -98,7 +99,7 @@ def test_busy_bus_port_names_the_variable(tmp_path: Path) -> None:
 
 def test_node_that_dies_at_start_shows_its_log(tmp_path: Path) -> None:
     topo = Topology.create(
-        "cluster", tmp_path, server_ports=ports.free_cluster_ports(6), extra_config=("cluster-node-timeout bogus",)
+        "cluster", tmp_path, server_ports=cluster_ports(6), extra_config=("cluster-node-timeout bogus",)
     )
     try:
         with pytest.raises(LauncherError, match=r"exited with code .*cluster-node-timeout"):
@@ -113,7 +114,7 @@ def test_missing_redis_cli_is_one_clear_line(tmp_path: Path, monkeypatch: pytest
     bin_dir.mkdir()
     (bin_dir / "redis-server").symlink_to(subprocess.check_output(["which", "redis-server"], text=True).strip())
     monkeypatch.setenv("REDIS_BIN_DIR", str(bin_dir))
-    topo = Topology.create("cluster", tmp_path, server_ports=ports.free_cluster_ports(6))
+    topo = Topology.create("cluster", tmp_path, server_ports=cluster_ports(6))
     try:
         with pytest.raises(LauncherError, match="redis-cli not found on PATH: install"):
             topo.ensure()
@@ -132,7 +133,7 @@ def test_ports_without_a_valid_bus_port_are_refused(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_cli_up_status_failovers_and_down_leave_no_process(tmp_path: Path) -> None:
     env = dict(os.environ, LAB_RUN_DIR=str(tmp_path), COLUMNS="200")
-    env[ports.CLUSTER_PORTS_VAR] = ",".join(map(str, ports.free_cluster_ports(6)))
+    env[ports.CLUSTER_PORTS_VAR] = ",".join(map(str, cluster_ports(6)))
 
     def lab(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "labs", *args]

@@ -16,7 +16,9 @@ The defaults stay away from 6379 so that a student's own Redis is never touched.
 from __future__ import annotations
 
 import os
+import random
 import socket
+from pathlib import Path
 
 from labs.launcher.errors import LauncherError
 
@@ -69,16 +71,39 @@ def in_use(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def free_cluster_ports(n: int) -> list[int]:
-    """``n`` distinct free ports whose cluster bus ports (+10000) are free and valid as well."""
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+CLUSTER_WINDOW_WIDTH = 6000
+
+
+def cluster_port_window() -> range:
+    """Ports whose bus ports (+10000) both lie below the kernel's ephemeral range.
+
+    The kernel hands out ephemeral ports to every outgoing connection and to ``bind(0)``: a
+    bus port picked inside that range can be taken by any client socket between the pick and
+    the node's start. Below it, only an explicit bind takes a port.
+    """
+    try:
+        low = int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    top = low - CLUSTER_BUS_OFFSET
+    return range(max(1024, top - CLUSTER_WINDOW_WIDTH), top)
+
+
+def free_cluster_ports(n: int, window: range | None = None) -> list[int]:
+    """``n`` distinct free ports whose cluster bus ports (+10000) are free as well, picked at
+    random in ``window`` (default :func:`cluster_port_window`), so that node and bus ports stay
+    out of the ephemeral range; callers running side by side can pass disjoint windows."""
+    window = window if window is not None else cluster_port_window()
     picked: list[int] = []
-    while len(picked) < n:
-        port = free_port()
+    for port in random.sample(window, len(window)):
         bus = port + CLUSTER_BUS_OFFSET
-        taken = {*picked, *(p + CLUSTER_BUS_OFFSET for p in picked)}
-        if bus < 65536 and not {port, bus} & taken and _bindable(bus):
+        if bus < 65536 and not {port, bus} & {*picked, *(p + CLUSTER_BUS_OFFSET for p in picked)} \
+                and _bindable(port) and _bindable(bus):
             picked.append(port)
-    return picked
+            if len(picked) == n:
+                return picked
+    raise LauncherError(f"no {n} free cluster ports with free bus ports in {window.start}-{window.stop - 1}")
 
 
 def _bindable(port: int) -> bool:
