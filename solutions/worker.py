@@ -207,9 +207,10 @@ class Worker:
         )
 
     async def _has_room(self, stop: asyncio.Event) -> None:
-        # Read again while the previous batch is still being committed and acked (overlap),
-        # but never hold more than parallelism + 2 * count messages.
-        await self.pool.wait_below(self.settings.parallelism + self.settings.count, stop)
+        # Read again while earlier batches are still being worked on, committed and acked (the
+        # next read's round trip overlaps that work), but never hold more than parallelism +
+        # 2 * count messages: read at most count more while parallelism + count or fewer are in hand.
+        await self.pool.wait_below(self.settings.parallelism + self.settings.count + 1, stop)
 
     async def _drain(self, tasks: list[asyncio.Task[None]], client: Client) -> Summary:
         started = time.monotonic()
