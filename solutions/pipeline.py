@@ -96,7 +96,7 @@ class Pipeline:
     async def dispatch(self, deliveries: list[Delivery]) -> int:
         """Start the runs for a read batch; returns how many messages were taken on."""
         in_flight = self.pool.in_flight
-        fresh = list({d.msg_id: d for d in deliveries if d.fields is not None and d.msg_id not in in_flight}.values())
+        fresh = [d for d in deliveries if d.fields is not None and d.msg_id not in in_flight]
         runs = split_runs(fresh, instant=self.handler.instant, order_key=self.rules.order_key)
         for lanes, run in runs:  # no await before this: the reader and the rescuer both dispatch
             self.pool.start([d.msg_id for d in run], lanes, functools.partial(self.run, run))
@@ -119,11 +119,11 @@ class Pipeline:
         await turn.wait()
         todo, echoes = split_echoes(todo) if self.strategy.deduplicates else (todo, [])
         done = await self._work(await self._begin(todo))
-        recorded = await self._record(done)
+        events, applied = await self._record(done)
         turn.done()
-        acked = await self._acknowledge(recorded) if recorded else set()
+        acked = await self._acknowledge(events, applied) if events else False
         if echoes:
-            await self._settle_echoes(echoes, acked)
+            await self._settle_echoes(echoes, {event.dedupe_key for event in events} if acked else set())
 
     async def _admit(self, deliveries: list[Delivery]) -> list[Item]:
         """Parse, check the delivery count; dead-letter what can never succeed."""
@@ -170,65 +170,58 @@ class Pipeline:
         return proceed
 
     async def _work(self, todo: list[Item]) -> list[Item]:
-        """The handler's work, one message after another, each holding a slot; returns what was done."""
-        done: list[Item] = []
-        failed: list[tuple[Delivery, OrderEvent, Exception]] = []
-        process = self.handler.process
-        slots = None if self.handler.instant else self.pool.slot()  # instant: one at a time anyway
-        for delivery, event in todo:
-            try:
-                if slots is None:
-                    await process(event)
-                else:
-                    async with slots:  # --parallelism bounds the work, not the batched I/O around it
-                        await process(event)
-            except Exception as exc:
-                failed.append((delivery, event, exc))
-            else:
-                done.append((delivery, event))
-        if failed:
-            await self._undo([event for _, event, _ in failed])
-            for delivery, _, error in failed:
-                await self._failed(delivery, f"{type(error).__name__}: {error}")
-        return done
+        """The handler's work for the run (:meth:`~solutions.handler.Handler.process_run`), each
+        message holding a slot unless the handler is instant; returns what was done."""
+        if not todo:
+            return todo
+        slot = None if self.handler.instant else self.pool.slot()  # instant: one at a time anyway
+        failures = await self.handler.process_run([event for _, event in todo], slot)
+        if not failures:
+            return todo
+        failed = dict(failures)
+        await self._undo([todo[index][1] for index in failed])
+        for index, error in failed.items():
+            await self._failed(todo[index][0], f"{type(error).__name__}: {error}")
+        return [item for index, item in enumerate(todo) if index not in failed]
 
-    async def _record(self, done: list[Item]) -> list[tuple[Item, bool]]:
-        """Write the charges (one transaction with the other runs in hand); ``(item, applied)`` each."""
+    async def _record(self, done: list[Item]) -> tuple[list[OrderEvent], list[bool]]:
+        """Write the charges (one transaction with the other runs in hand); returns the recorded
+        events and, for each, whether it was applied (False: skipped as already applied)."""
         if not done:
-            return []
+            return [], []
         charge, consumer = self.handler.charge, self.rules.consumer
+        events = [event for _, event in done]
         try:
-            applied = await self._records.submit([charge(event, consumer) for _, event in done])
+            applied = await self._records.submit([charge(event, consumer) for event in events])
         except LedgerUnavailable as exc:  # the store's fault: a pause, not an attempt
             self.breaker.failed(exc, len(done))
-            await self._undo([event for _, event in done])
+            await self._undo(events)
             await self._give_back([delivery for delivery, _ in done])
-            return []
+            return [], []
         except Exception as exc:  # anything else (the ledger refused these charges, a bug): an attempt
             self.metrics.inc("errors", len(done))
             log.warning("charge of %s messages failed, left pending for redelivery: %s", len(done), describe(exc),
                         exc_info=not isinstance(exc, sqlite3.Error))
-            await self._undo([event for _, event in done])  # or the redelivery looks like a duplicate
-            return []
-        return list(zip(done, applied, strict=True))
+            await self._undo(events)  # or the redelivery looks like a duplicate
+            return [], []
+        return events, applied
 
-    async def _acknowledge(self, recorded: list[tuple[Item, bool]]) -> set[str]:
-        """XACK the recorded messages; returns their dedupe keys once acked."""
-        events = [event for (_, event), _ in recorded]
+    async def _acknowledge(self, events: list[OrderEvent], applied: list[bool]) -> bool:
+        """XACK the recorded messages; True once acked."""
         try:
             await self._acknowledged.submit(events)
         except REDIS_ERRORS as exc:  # charged, left pending: the strategy judges the redelivery (none: again)
             self.metrics.inc("errors", len(events))
             self._unacked.failed(exc)
-            return set()
+            return False
         self._unacked.recovered()
         self.metrics.inc("acked", len(events))
         self.metrics.observe_batch(len(events), events[-1].msg_id)
-        skipped = [event.msg_id for (_, event), applied in recorded if not applied]
-        if skipped:
+        if not all(applied):
+            skipped = [event.msg_id for event, ok in zip(events, applied, strict=True) if not ok]
             self.metrics.inc("dedupe_skipped", len(skipped))
             log.info("already applied, acked without a second charge: %s", _ids(skipped))
-        return {event.dedupe_key for event in events}
+        return True
 
     # -- the other outcomes -----------------------------------------------------------------
 
