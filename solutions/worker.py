@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import os
 import signal
 import threading
@@ -271,7 +272,7 @@ class Worker:
             groups, length, first = await pipe.execute()
         pending, lag = group_numbers(groups, s.group)
         self.metrics.set("pending", pending)
-        self.metrics.set("group_lag", lag)
+        self.metrics.set("group_lag", math.nan if lag is None else lag)  # unknown is not 0
         self.metrics.set("stream_length", int(length))
         self.metrics.set("stream_age_s", stream_age_s(first[0][0] if first else None, time.time()))
 
@@ -279,4 +280,4 @@ class Worker:
 async def backlog(client: Client, settings: Settings) -> str:
     """``XINFO GROUPS``: what waits for the group, for the log line of a store that is back."""
     pending, lag = group_numbers(await client.xinfo_groups(settings.stream), settings.group)
-    return f"the group has {pending} pending and {lag} not yet read"
+    return f"the group has {pending} pending and {'?' if lag is None else lag} not yet read"
