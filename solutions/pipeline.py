@@ -14,8 +14,9 @@ overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth
    connection), the batch stays pending and the delivery does not count as an attempt.
    ``none`` and ``sqlite`` have nothing to ask before the work (``checks_first`` is False):
    the step is skipped;
-4. work: the handler, holding one of ``--parallelism`` slots (an instant handler needs none:
-   its runs work one after another). A failure is not acked (the
+4. work: the handler's work for the whole run in one call
+   (:meth:`~solutions.handler.Handler.process_run`), each message holding one of
+   ``--parallelism`` slots unless the handler is instant. A failure is not acked (the
    message will be redelivered) unless this was delivery number ``max_attempts``: then the
    DLQ. The strategy's mark is undone either way;
 5. record: the charges in one ledger transaction. If that fails, the strategy's mark is
@@ -34,6 +35,17 @@ Nothing here raises on a failure of Redis, the store or the handler: every outco
 counted, logged (a failure that lasts as one line when it starts, a summary now and then, and
 one line when it ends; never a line per message), and either acked or left pending. A bug
 that raises anything else ends its run; the pool logs it and the messages stay pending.
+
+What keeps this path fast (each step measured in instructions per message with cachegrind,
+against about 24k for the ceiling, a bare ``redis.asyncio`` loop that parses nothing):
+the reply is taken as Redis sent it (:func:`~solutions.reader.xreadgroup_entries`: no dict
+per entry) and the producer's field order is recognised at a glance
+(:func:`~solutions.messages.parse_order`); a call per run, not per message, wherever the
+work of a message is nothing (an instant handler's ``process_run``); a task per run, not per
+message; one pass over a run per step; the ledger binds what its rows share once per
+statement and ``sqlite`` claims a batch's events with one ``INSERT OR IGNORE``; the next read
+is already on its way while a batch is worked on (:meth:`solutions.worker.Worker._has_room`).
+From 60.7k to 44.1k instructions a message with ``none``, 77.7k to 55.0k with ``sqlite``.
 """
 
 from __future__ import annotations

@@ -65,8 +65,8 @@ async def xreadgroup_entries(client: Client, settings: Settings, cursor: str, bl
     """
     s = settings
     if not isinstance(client, aioredis.Redis):
-        parsed: Any = await client.xreadgroup(s.group, s.consumer, {s.stream: cursor}, count=s.count, block=block_ms)
-        return [(i, flat_fields(f) if f else None) for i, f in (parsed[0][1] if parsed else [])]
+        parsed = await client.xreadgroup(s.group, s.consumer, {s.stream: cursor}, count=s.count, block=block_ms)
+        return _flattened(parsed)
     block = (b"BLOCK", block_ms) if block_ms is not None else ()
     reply: Any = await client.execute_command(  # type: ignore[no-untyped-call]
         XREADGROUP, b"GROUP", s.group, s.consumer, b"COUNT", s.count, *block, b"STREAMS", s.stream, cursor
@@ -77,6 +77,17 @@ async def xreadgroup_entries(client: Client, settings: Settings, cursor: str, bl
         (entries,) = reply.values()
         return entries  # type: ignore[no-any-return]
     return reply[0][1]  # type: ignore[no-any-return]
+
+
+def _flattened(parsed: Any) -> list[Entry]:
+    """A parsed reply for one stream, in whichever shape redis-py gives it (``[[stream, entries]]``,
+    ``{stream: entries}`` or ``{stream: [entries]}``), as raw entries with flat fields."""
+    if not parsed:
+        return []
+    entries = next(iter(parsed.values())) if isinstance(parsed, dict) else parsed[0][1]
+    if entries and isinstance(entries[0], list) and entries[0] and isinstance(entries[0][0], tuple | list):
+        entries = entries[0]  # RESP3's {stream: [entries]}
+    return [(i, flat_fields(f) if isinstance(f, dict) else f or None) for i, f in entries]
 
 
 async def delivery_counts(client: Client, settings: Settings, ids: list[str]) -> dict[str, int]:

@@ -157,3 +157,26 @@ def test_per_key_order_holds_when_a_batch_dead_letters_first(redis_url: str, key
     assert sum(map(len, by_order.values())) == 600 - len(range(0, 600, 7))
     for order_id, seen in by_order.items():
         assert seen == sorted(seen), f"{order_id} charged out of stream order"
+
+
+def test_a_reader_waiting_for_room_sees_the_stop_when_woken() -> None:
+    """wait_below waits for one event: a run that ends, or wake() by whoever sets the stop."""
+
+    async def scenario() -> bool:
+        pool, stop = Pool(1), asyncio.Event()
+        blocker = asyncio.Event()
+
+        async def held(turn: Turn) -> None:
+            await blocker.wait()
+
+        pool.start(["id-0"], [], held)
+        waiting = asyncio.create_task(pool.wait_below(1, stop))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # full: it waits
+        stop.set()
+        pool.wake()
+        await asyncio.wait_for(waiting, 2)
+        blocker.set()
+        return await pool.drain(2) == []
+
+    assert asyncio.run(scenario())
