@@ -6,6 +6,7 @@ import asyncio
 from decimal import Decimal
 
 import pytest
+from billing_support import CountingHandler
 
 from solutions.handler import BillingHandler, process_each
 from solutions.messages import OrderEvent, TransientError
@@ -15,23 +16,6 @@ pytestmark = pytest.mark.timeout(10)
 
 def events(n: int) -> list[OrderEvent]:
     return [OrderEvent(f"1-{i}", "o-1", Decimal("1.00"), f"e-{i}", "order.paid", f"e-{i}") for i in range(n)]
-
-
-class Counting(BillingHandler):
-    """Counts the calls of process() and how many run at once."""
-
-    def __init__(self, **kw: int) -> None:
-        super().__init__(**kw)
-        self.calls = self.now = self.peak = 0
-
-    async def process(self, event: OrderEvent) -> None:
-        self.calls += 1
-        self.now += 1
-        self.peak = max(self.peak, self.now)
-        try:
-            await super().process(event)
-        finally:
-            self.now -= 1
 
 
 def test_an_instant_run_that_fails_nothing_is_one_call_and_no_work() -> None:
@@ -49,7 +33,7 @@ def test_simulated_failures_come_back_by_position_and_the_rest_is_done() -> None
 def test_a_handler_with_its_own_process_is_called_per_message_each_holding_a_slot() -> None:
     """A subclass's process() is not instant, so process_run calls it for every event; the
     slot (a semaphore of --parallelism) is held around each call."""
-    handler = Counting(delay_ms=1)
+    handler = CountingHandler(delay_ms=1)
 
     async def four_runs() -> None:
         slot = asyncio.Semaphore(2)

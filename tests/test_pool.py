@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from billing_support import charges, produce, running, settings, until
+from billing_support import CountingHandler, charges, produce, running, settings, until
 
-from solutions.handler import BillingHandler
-from solutions.messages import OrderEvent
 from solutions.pool import Job, Pool, Turn
 
 
@@ -77,22 +75,6 @@ def test_concurrency_is_bounded_and_lanes_are_serial() -> None:
     peak, lane_peak = asyncio.run(scenario())
     assert peak == 4
     assert set(lane_peak.values()) == {1}
-
-
-class CountingHandler(BillingHandler):
-    """Records how many handlers work at the same time."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream=stream, delay_ms=20)
-        self.now = self.peak = 0
-
-    async def process(self, event: OrderEvent) -> None:
-        self.now += 1
-        self.peak = max(self.peak, self.now)
-        try:
-            await super().process(event)
-        finally:
-            self.now -= 1
 
 
 def test_parallelism_bounds_the_handlers_at_work(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
