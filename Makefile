@@ -92,7 +92,7 @@ check-lab-3: setup ## lab 3's checks against your worker: make check-lab-3 WORKE
 kit: setup ## regenerate the student starters from solutions/
 	@$(PY) -m labs.kit --write
 
-bench: setup ## the worker against the raw redis-py ceiling, in one run (about 3 minutes)
+bench: setup ## the worker against the raw redis-py ceiling, in one run (about 4 minutes)
 	@$(PY) -m labs.bench $(BENCH_ARGS)
 
 lint: setup ## ruff and mypy
