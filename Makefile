@@ -107,7 +107,7 @@ check-lab-3: setup ## lab 3's checks against your worker (~2 min): make check-la
 kit: setup ## regenerate the student starters from solutions/
 	@$(PY) -m labs.kit --write
 
-bench: setup ## the worker against the raw redis-py ceiling, and on a cluster (about 4 minutes)
+bench: setup ## the worker against the raw redis-py ceiling, and on a cluster (about 5 minutes)
 	@$(PY) -m labs.bench $(BENCH_ARGS)
 
 lint: setup ## ruff and mypy

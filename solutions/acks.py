@@ -52,12 +52,6 @@ return acked
 """
 
 
-def encoded_ids(ids: Sequence[str]) -> list[bytes]:
-    """The ids as bytes, with one encode for the whole list (redis-py packs bytes arguments
-    faster than str ones: about 0.3 us per id on an XACK of 100)."""
-    return "\n".join(ids).encode().split(b"\n") if ids else []
-
-
 class Acks:
     """The acknowledgements of one consumer group on one stream."""
 
@@ -73,13 +67,13 @@ class Acks:
         """``XACK stream group id ...``; returns how many were still pending."""
         if not ids:
             return 0
-        return int(await self.client.xack(self.stream, self.group, *encoded_ids(ids)))
+        return int(await self.client.xack(self.stream, self.group, *ids))
 
     async def ack_marking_done(self, ids: Sequence[str], keys: Sequence[str], ttl_s: int) -> int:
         """``SET key done EX ttl`` for every key and ``XACK`` every id, atomically (one ``EVALSHA``)."""
         if not ids:
             return 0
-        args: list[bytes | str | int] = [self.group, ttl_s, DONE, *encoded_ids(ids)]
+        args: list[bytes | str | int] = [self.group, ttl_s, DONE, *ids]
         return int(await self._done_script(keys=[self.stream, *keys], args=args))
 
     async def give_back(self, deliveries: Sequence[Delivery], consumer: str) -> None:
@@ -91,7 +85,7 @@ class Acks:
         for delivery in deliveries:
             by_count.setdefault(max(delivery.deliveries - 1, 0), []).append(delivery.msg_id)
         for count, ids in by_count.items():
-            message_ids: list[StreamIdT] = [*encoded_ids(ids)]
+            message_ids: list[StreamIdT] = [*ids]
             await self.client.xclaim(self.stream, self.group, consumer, 0, message_ids, retrycount=count, justid=True)
 
     async def dead_letter(self, delivery: Delivery, error: str) -> bool:

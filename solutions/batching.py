@@ -86,7 +86,7 @@ class Coalescer(Generic[T, R]):
         await asyncio.sleep(0)
         while self._queue:
             batch = self._take()
-            items = [item for call_items, _ in batch for item in call_items]
+            items = batch[0][0] if len(batch) == 1 else [item for call_items, _ in batch for item in call_items]
             self._flushing = len(items)
             try:
                 results = list(await self._flush(items))
@@ -101,6 +101,10 @@ class Coalescer(Generic[T, R]):
             finally:
                 self._flushing = 0
                 self.flushes += 1
+            if len(batch) == 1:
+                if not batch[0][1].done():
+                    batch[0][1].set_result(results)
+                continue
             start = 0
             for call_items, future in batch:
                 end = start + len(call_items)

@@ -70,7 +70,8 @@ class HiredisPacking:
 
     def pack_command(self, *args: Any) -> list[bytes]:
         first = args[0]
-        if type(first) is str and " " not in first and self.encoder.encoding == "utf-8":
+        one_word = " " not in first if type(first) is str else type(first) is bytes and b" " not in first
+        if one_word and self.encoder.encoding == "utf-8":
             try:
                 return [hiredis.pack_command(args)]
             except TypeError:

@@ -6,7 +6,7 @@ moves a message there (the XACK of the original and the XADD, atomically, exactl
 
 from __future__ import annotations
 
-from solutions.messages import Delivery
+from solutions.messages import Delivery, field_map
 
 
 def dlq_stream(stream: str) -> str:
@@ -22,7 +22,7 @@ def dead_letter_fields(delivery: Delivery, error: str) -> list[bytes]:
         b"attempts": str(delivery.deliveries).encode(),
     }
     flat: list[bytes] = []
-    for name, value in (delivery.fields or {}).items():
+    for name, value in field_map(delivery.fields or []).items():
         if name not in extra:
             flat += [name, value]
     for name, value in extra.items():

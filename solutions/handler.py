@@ -11,6 +11,13 @@ same worker (see :class:`Handler`). A handler says whether its work ever waits
 (:attr:`Handler.instant`): an instant handler is awaited inline, one message after another,
 and a read batch goes through the pipeline as one run; otherwise each lane key of a batch
 gets a run of its own, so that waiting handlers overlap (up to ``--parallelism``).
+
+The pipeline hands the work over a run at a time (:meth:`Handler.process_run`): a call per
+message costs a coroutine, about as much as the rest of a message's way through the worker
+without its parse and its charge. :meth:`BillingHandler.process_run` makes that call only
+when there is work to await or a failure to simulate; otherwise a run is one call that does
+nothing. :func:`process_each` is the message-by-message version, for handlers that have
+nothing better to do with a run.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Protocol
 
 from solutions.ledger import Charge
@@ -40,9 +49,33 @@ class Handler(Protocol):
         """The work; an exception leaves the message pending (or dead-letters it at the last attempt)."""
         ...
 
+    async def process_run(self, events: Sequence[OrderEvent], slot: Slot | None) -> Failures:
+        """The work for a run of events, in order (each holding ``slot`` when there is one); returns
+        the failures as ``(index in events, exception)``. :func:`process_each` does it per message."""
+        ...
+
     def charge(self, event: OrderEvent, consumer: str) -> Charge:
         """The ledger row for a processed event."""
         ...
+
+
+Slot = AbstractAsyncContextManager[object]  # what a handler holds while it works: a semaphore of --parallelism
+Failures = list[tuple[int, Exception]]
+_NO_SLOT: Slot = nullcontext()
+
+
+async def process_each(handler: Handler, events: Sequence[OrderEvent], slot: Slot | None) -> Failures:
+    """:meth:`Handler.process_run` made of :meth:`Handler.process`: one message after another,
+    each holding ``slot`` while it works; a failure is noted and the next message goes on."""
+    failures: Failures = []
+    process, slot = handler.process, slot or _NO_SLOT
+    for index, event in enumerate(events):
+        try:
+            async with slot:
+                await process(event)
+        except Exception as exc:
+            failures.append((index, exc))
+    return failures
 
 
 class BillingHandler:
@@ -78,6 +111,13 @@ class BillingHandler:
             attempt = next(self._attempts)
             if attempt % self.fail_every == 0:
                 raise TransientError(f"simulated failure: attempt {attempt} (fail every {self.fail_every})")
+
+    async def process_run(self, events: Sequence[OrderEvent], slot: Slot | None) -> Failures:
+        """The work for a run: nothing to call when there is nothing to await and nothing to fail
+        (:attr:`instant` and no ``fail_every``), else :meth:`process` for each event."""
+        if self.instant and not self.fail_every:
+            return []
+        return await process_each(self, events, slot)
 
     def charge(self, event: OrderEvent, consumer: str) -> Charge:
         """The ledger row for this event."""

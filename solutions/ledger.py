@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import operator
 import sqlite3
 import threading
 import time
@@ -70,18 +71,34 @@ PROBE = "INSERT OR REPLACE INTO store_probe(id, probed_at) VALUES (1, ?)"
 
 INSERT_CHARGES = "INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES "
 CLAIM_EVENTS = "INSERT INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
+CLAIM_NEW_EVENTS = "INSERT OR IGNORE INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
 APPLIED_AMONG = "SELECT event_id FROM applied_events WHERE event_id IN "
-ROWS_PER_STATEMENT = 100  # 600 parameters at most, well under SQLite's limit
+ROWS_PER_STATEMENT = 100  # 400 parameters at most, well under SQLite's limit
+CHARGE_ROW = operator.attrgetter("event_id", "order_id", "amount", "msg_id")  # then ?1 consumer, ?2 time
+CLAIM_ROW = operator.attrgetter("event_id", "msg_id")
+
+
+def _values(rows: int, width: int, shared: str) -> str:
+    """``(?3, ?4, ..., ?1, ?2), (...)``: ``width`` parameters of each row's own, then the
+    ``shared`` ones (``?1`` ...) that every row repeats: bound once per statement, not per row."""
+    return ", ".join(
+        "(" + ", ".join(f"?{3 + row * width + i}" for i in range(width)) + shared + ")" for row in range(rows)
+    )
 
 
 @functools.lru_cache(maxsize=64)
 def _insert_sql(rows: int) -> str:
-    return INSERT_CHARGES + ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
+    return INSERT_CHARGES + _values(rows, 4, ", ?1, ?2")  # consumer, charged_at
 
 
 @functools.lru_cache(maxsize=64)
 def _claim_sql(rows: int) -> str:
-    return CLAIM_EVENTS + ", ".join(["(?, ?, ?, ?)"] * rows)
+    return CLAIM_EVENTS + _values(rows, 2, ", ?1, ?2")  # consumer, applied_at
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_new_sql(rows: int) -> str:
+    return CLAIM_NEW_EVENTS + _values(rows, 2, ", ?1, ?2")
 
 
 @functools.lru_cache(maxsize=64)
@@ -90,16 +107,50 @@ def _applied_sql(keys: int) -> str:
 
 
 def _execute_rows(
-    db: sqlite3.Connection, sql_for: Callable[[int], str], params: Sequence[str | float], width: int
+    db: sqlite3.Connection, sql_for: Callable[[int], str], shared: Sequence[str | float],
+    params: Sequence[str | float], width: int,
 ) -> list[Any]:
     """Run ``sql_for(rows)`` over flat ``params`` (``width`` per row), at most
-    :data:`ROWS_PER_STATEMENT` rows a statement; returns the rows the statements returned."""
+    :data:`ROWS_PER_STATEMENT` rows a statement, each statement with the ``shared`` parameters
+    first (``?1``, ``?2``); returns the rows the statements returned."""
     step = ROWS_PER_STATEMENT * width
     out: list[Any] = []
     for start in range(0, len(params), step):
         part = params[start : start + step]
-        out += db.execute(sql_for(len(part) // width), part)
+        out += db.execute(sql_for(len(part) // width), [*shared, *part])
     return out
+
+
+def _charge_rows(charges: Sequence[Charge]) -> dict[str, list[str]]:
+    """The ``charges`` rows of each consumer, flat: ``event_id, order_id, amount, msg_id`` each.
+
+    A worker writes its own charges (one consumer, the same string object): one group, in one
+    pass of ``+=`` of a tuple, about half the cost of a nested comprehension."""
+    rows: list[str] = []
+    consumer = charges[0].consumer if charges else ""
+    for c in charges:
+        if c.consumer != consumer:
+            return _grouped(charges, CHARGE_ROW)
+        rows += (c.event_id, c.order_id, c.amount, c.msg_id)
+    return {consumer: rows} if rows else {}
+
+
+def _claim_rows(charges: Sequence[Charge]) -> dict[str, list[str]]:
+    """The ``applied_events`` rows of each consumer, flat: ``event_id, msg_id`` each."""
+    rows: list[str] = []
+    consumer = charges[0].consumer if charges else ""
+    for c in charges:
+        if c.consumer != consumer:
+            return _grouped(charges, CLAIM_ROW)
+        rows += (c.event_id, c.msg_id)
+    return {consumer: rows} if rows else {}
+
+
+def _grouped(charges: Sequence[Charge], row: Callable[[Charge], tuple[str, ...]]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for c in charges:
+        groups.setdefault(c.consumer, []).extend(row(c))
+    return groups
 
 
 def _probe_write(db: sqlite3.Connection, now: float) -> None:
@@ -290,28 +341,43 @@ class Ledger:
 
     @staticmethod
     def _claim(db: sqlite3.Connection, charges: Sequence[Charge], now: float) -> list[bool]:
-        """Which charges are new: look their events up in ``applied_events``, then insert the new
-        ones. Inside ``BEGIN IMMEDIATE`` no other writer can come between the two; a lookup
-        that finds nothing (the usual case) costs less than ``INSERT OR IGNORE ... RETURNING``."""
-        applied = {row[0] for row in _execute_rows(db, _applied_sql, [c.event_id for c in charges], 1)}
-        params: list[str | float] = []
+        """Which charges are new; their ``applied_events`` rows are written.
+
+        Inside ``BEGIN IMMEDIATE`` no other writer can come between the steps. The usual
+        batch has no event applied before: ``INSERT OR IGNORE`` claims them all at once, and
+        the count of inserted rows says that it did. Otherwise that insert is undone (a
+        savepoint) and the events are looked up first, the repeats within the batch too.
+        """
+        keys = [c.event_id for c in charges]
+        if len(set(keys)) == len(keys):
+            db.execute("SAVEPOINT claim")
+            before = db.total_changes
+            for consumer, params in _claim_rows(charges).items():
+                _execute_rows(db, _claim_new_sql, (consumer, now), params, 2)
+            claimed_all = db.total_changes - before == len(keys)
+            if not claimed_all:
+                db.execute("ROLLBACK TO claim")
+            db.execute("RELEASE claim")
+            if claimed_all:
+                return [True] * len(keys)
+        applied = {row[0] for row in _execute_rows(db, _applied_sql, (), keys, 1)}
+        new: list[Charge] = []
         verdicts: list[bool] = []
         for charge in charges:  # a repeat within the batch: only its first occurrence is new
             first = charge.event_id not in applied
             if first:
                 applied.add(charge.event_id)
-                params += (charge.event_id, charge.msg_id, charge.consumer, now)
+                new.append(charge)
             verdicts.append(first)
-        _execute_rows(db, _claim_sql, params, 4)
+        for consumer, params in _claim_rows(new).items():
+            _execute_rows(db, _claim_sql, (consumer, now), params, 2)
         return verdicts
 
     @staticmethod
     def _insert(db: sqlite3.Connection, charges: Sequence[Charge], now: float) -> None:
         """``INSERT INTO charges ... VALUES (...), (...)`` for every charge."""
-        params: list[str | float] = []
-        for c in charges:  # += of a tuple: about half the cost of a nested comprehension
-            params += (c.event_id, c.order_id, c.amount, c.msg_id, c.consumer, now)
-        _execute_rows(db, _insert_sql, params, 6)
+        for consumer, params in _charge_rows(charges).items():
+            _execute_rows(db, _insert_sql, (consumer, now), params, 4)
 
     def charge_counts(self) -> dict[str, int]:
         """``event_id -> number of charges`` (a value above 1 is a duplicate charge)."""

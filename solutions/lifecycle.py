@@ -97,7 +97,12 @@ class Lifecycle(ABC):
         self._stop_requested = True
         if self._loop is None or self._stop is None or self._loop.is_closed():
             return  # run() has not started yet: it will see the flag and stop at once
-        self._loop.call_soon_threadsafe(self._stop.set)
+        self._loop.call_soon_threadsafe(self._stop_now, self._stop)
+
+    def _stop_now(self, stop: asyncio.Event) -> None:
+        stop.set()
+        for part in self.stream_parts():
+            part.pool.wake()  # a reader or rescuer waiting for room sees the stop
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -17,7 +17,7 @@ name                                       type       what
 ``billing_dedupe_skipped_total``           counter    deliveries recognised as already done and not charged again
 ``billing_deleted_total``                  counter    pending entries found deleted from the stream and acked
 ``billing_pending``                        gauge      entries delivered to the group and not yet acked (XINFO GROUPS)
-``billing_group_lag``                      gauge      entries not yet delivered to the group (XINFO GROUPS)
+``billing_group_lag``                      gauge      not yet delivered to the group (XINFO GROUPS; NaN: unknown)
 ``billing_stream_length``                  gauge      entries in the stream (XLEN)
 ``billing_stream_age_seconds``             gauge      age of the oldest entry in the stream
 ``billing_processing_lag_seconds``         histogram  XADD (the id's timestamp) to processed; buckets 1 ms ... 60 s
@@ -31,12 +31,19 @@ gauges (pending, group lag, stream length and age) come from a Redis query
 every ``--metrics-interval-s``; they are not exported before the first sample, so a scrape
 never shows a stream of 200 entries as ``0``. The log line (:meth:`Snapshot.line`) keeps the
 short field names (``stream_age_s``, ``processing_lag_s``).
+
+The group lag is not always known: ``XINFO GROUPS`` answers nil when Redis cannot count the
+entries the group has still to read (an entry deleted after the group's position, an
+``XGROUP SETID`` without ``ENTRIESREAD``). An unknown lag is not 0: the gauge is then NaN
+(``billing_group_lag ... NaN`` in a scrape, a gap in a graph, never below an alert's
+threshold by accident) and the log line says ``group_lag=?``.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -64,7 +71,7 @@ HELP = {
     "store_outages": "Times the business store (the SQLite ledger) went down; reading pauses until it is back.",
     "store_up": "1 while the business store (the SQLite ledger) takes charges, 0 while it is down.",
     "pending": "Entries delivered to the consumer group and not yet acknowledged (XINFO GROUPS).",
-    "group_lag": "Entries in the stream not yet delivered to the consumer group (XINFO GROUPS).",
+    "group_lag": "Entries in the stream not yet delivered to the consumer group (XINFO GROUPS); NaN: unknown.",
     "stream_length": "Entries in the stream (XLEN).",
     "stream_age_s": "Age in seconds of the oldest entry in the stream.",
     "processing_lag_s": "Seconds from XADD (the message id's timestamp) to the end of processing.",
@@ -97,10 +104,13 @@ class Snapshot:
 
     def line(self) -> str:
         """``name=value`` pairs for the log (gauges with up to 3 decimals)."""
-        return " ".join(f"{k}={_short(v)}" for k, v in self.as_dict().items())
+        return " ".join(f"{k}={format_gauge(v)}" for k, v in self.as_dict().items())
 
 
-def _short(value: float) -> str:
+def format_gauge(value: float) -> str:
+    """A value for the log line: "?" when unknown (NaN), an integer when whole, else 3 decimals."""
+    if math.isnan(value):
+        return "?"
     if isinstance(value, int) or float(value).is_integer():
         return str(int(value))
     return f"{value:.3f}"
@@ -204,13 +214,15 @@ class _Collector(Collector):
             yield last
 
 
-def group_numbers(groups: list[dict[Any, Any]], group: str) -> tuple[int, int]:
-    """``(pending, lag)`` of ``group`` from an ``XINFO GROUPS`` reply (lag may be unknown: 0)."""
+def group_numbers(groups: list[dict[Any, Any]], group: str) -> tuple[int, int | None]:
+    """``(pending, lag)`` of ``group`` from an ``XINFO GROUPS`` reply; the lag is None when Redis
+    does not know it (nil in the reply) or there is no such group."""
     for info in groups:
         name = info.get("name")
         if (name.decode() if isinstance(name, bytes) else name) == group:
-            return int(info.get("pending") or 0), int(info.get("lag") or 0)
-    return 0, 0
+            lag = info.get("lag")
+            return int(info.get("pending") or 0), None if lag is None else int(lag)
+    return 0, None
 
 
 def stream_age_s(first_id: bytes | str | None, now_s: float) -> float:

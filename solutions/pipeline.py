@@ -14,8 +14,9 @@ overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth
    connection), the batch stays pending and the delivery does not count as an attempt.
    ``none`` and ``sqlite`` have nothing to ask before the work (``checks_first`` is False):
    the step is skipped;
-4. work: the handler, holding one of ``--parallelism`` slots (an instant handler needs none:
-   its runs work one after another). A failure is not acked (the
+4. work: the handler's work for the whole run in one call
+   (:meth:`~solutions.handler.Handler.process_run`), each message holding one of
+   ``--parallelism`` slots unless the handler is instant. A failure is not acked (the
    message will be redelivered) unless this was delivery number ``max_attempts``: then the
    DLQ. The strategy's mark is undone either way;
 5. record: the charges in one ledger transaction. If that fails, the strategy's mark is
@@ -34,6 +35,17 @@ Nothing here raises on a failure of Redis, the store or the handler: every outco
 counted, logged (a failure that lasts as one line when it starts, a summary now and then, and
 one line when it ends; never a line per message), and either acked or left pending. A bug
 that raises anything else ends its run; the pool logs it and the messages stay pending.
+
+What keeps this path fast (each step measured in instructions per message with cachegrind,
+against about 24k for the ceiling, a bare ``redis.asyncio`` loop that parses nothing):
+the reply is taken as Redis sent it (:func:`~solutions.reader.xreadgroup_entries`: no dict
+per entry) and the producer's field order is recognised at a glance
+(:func:`~solutions.messages.parse_order`); a call per run, not per message, wherever the
+work of a message is nothing (an instant handler's ``process_run``); a task per run, not per
+message; one pass over a run per step; the ledger binds what its rows share once per
+statement and ``sqlite`` claims a batch's events with one ``INSERT OR IGNORE``; the next read
+is already on its way while a batch is worked on (:meth:`solutions.worker.Worker._has_room`).
+From 60.7k to 44.1k instructions a message with ``none``, 77.7k to 55.0k with ``sqlite``.
 """
 
 from __future__ import annotations
@@ -96,7 +108,7 @@ class Pipeline:
     async def dispatch(self, deliveries: list[Delivery]) -> int:
         """Start the runs for a read batch; returns how many messages were taken on."""
         in_flight = self.pool.in_flight
-        fresh = list({d.msg_id: d for d in deliveries if d.fields is not None and d.msg_id not in in_flight}.values())
+        fresh = [d for d in deliveries if d.fields is not None and d.msg_id not in in_flight]
         runs = split_runs(fresh, instant=self.handler.instant, order_key=self.rules.order_key)
         for lanes, run in runs:  # no await before this: the reader and the rescuer both dispatch
             self.pool.start([d.msg_id for d in run], lanes, functools.partial(self.run, run))
@@ -119,11 +131,11 @@ class Pipeline:
         await turn.wait()
         todo, echoes = split_echoes(todo) if self.strategy.deduplicates else (todo, [])
         done = await self._work(await self._begin(todo))
-        recorded = await self._record(done)
+        events, applied = await self._record(done)
         turn.done()
-        acked = await self._acknowledge(recorded) if recorded else set()
+        acked = await self._acknowledge(events, applied) if events else False
         if echoes:
-            await self._settle_echoes(echoes, acked)
+            await self._settle_echoes(echoes, {event.dedupe_key for event in events} if acked else set())
 
     async def _admit(self, deliveries: list[Delivery]) -> list[Item]:
         """Parse, check the delivery count; dead-letter what can never succeed."""
@@ -170,65 +182,58 @@ class Pipeline:
         return proceed
 
     async def _work(self, todo: list[Item]) -> list[Item]:
-        """The handler's work, one message after another, each holding a slot; returns what was done."""
-        done: list[Item] = []
-        failed: list[tuple[Delivery, OrderEvent, Exception]] = []
-        process = self.handler.process
-        slots = None if self.handler.instant else self.pool.slot()  # instant: one at a time anyway
-        for delivery, event in todo:
-            try:
-                if slots is None:
-                    await process(event)
-                else:
-                    async with slots:  # --parallelism bounds the work, not the batched I/O around it
-                        await process(event)
-            except Exception as exc:
-                failed.append((delivery, event, exc))
-            else:
-                done.append((delivery, event))
-        if failed:
-            await self._undo([event for _, event, _ in failed])
-            for delivery, _, error in failed:
-                await self._failed(delivery, f"{type(error).__name__}: {error}")
-        return done
+        """The handler's work for the run (:meth:`~solutions.handler.Handler.process_run`), each
+        message holding a slot unless the handler is instant; returns what was done."""
+        if not todo:
+            return todo
+        slot = None if self.handler.instant else self.pool.slot()  # instant: one at a time anyway
+        failures = await self.handler.process_run([event for _, event in todo], slot)
+        if not failures:
+            return todo
+        failed = dict(failures)
+        await self._undo([todo[index][1] for index in failed])
+        for index, error in failed.items():
+            await self._failed(todo[index][0], f"{type(error).__name__}: {error}")
+        return [item for index, item in enumerate(todo) if index not in failed]
 
-    async def _record(self, done: list[Item]) -> list[tuple[Item, bool]]:
-        """Write the charges (one transaction with the other runs in hand); ``(item, applied)`` each."""
+    async def _record(self, done: list[Item]) -> tuple[list[OrderEvent], list[bool]]:
+        """Write the charges (one transaction with the other runs in hand); returns the recorded
+        events and, for each, whether it was applied (False: skipped as already applied)."""
         if not done:
-            return []
+            return [], []
         charge, consumer = self.handler.charge, self.rules.consumer
+        events = [event for _, event in done]
         try:
-            applied = await self._records.submit([charge(event, consumer) for _, event in done])
+            applied = await self._records.submit([charge(event, consumer) for event in events])
         except LedgerUnavailable as exc:  # the store's fault: a pause, not an attempt
             self.breaker.failed(exc, len(done))
-            await self._undo([event for _, event in done])
+            await self._undo(events)
             await self._give_back([delivery for delivery, _ in done])
-            return []
+            return [], []
         except Exception as exc:  # anything else (the ledger refused these charges, a bug): an attempt
             self.metrics.inc("errors", len(done))
             log.warning("charge of %s messages failed, left pending for redelivery: %s", len(done), describe(exc),
                         exc_info=not isinstance(exc, sqlite3.Error))
-            await self._undo([event for _, event in done])  # or the redelivery looks like a duplicate
-            return []
-        return list(zip(done, applied, strict=True))
+            await self._undo(events)  # or the redelivery looks like a duplicate
+            return [], []
+        return events, applied
 
-    async def _acknowledge(self, recorded: list[tuple[Item, bool]]) -> set[str]:
-        """XACK the recorded messages; returns their dedupe keys once acked."""
-        events = [event for (_, event), _ in recorded]
+    async def _acknowledge(self, events: list[OrderEvent], applied: list[bool]) -> bool:
+        """XACK the recorded messages; True once acked."""
         try:
             await self._acknowledged.submit(events)
         except REDIS_ERRORS as exc:  # charged, left pending: the strategy judges the redelivery (none: again)
             self.metrics.inc("errors", len(events))
             self._unacked.failed(exc)
-            return set()
+            return False
         self._unacked.recovered()
         self.metrics.inc("acked", len(events))
         self.metrics.observe_batch(len(events), events[-1].msg_id)
-        skipped = [event.msg_id for (_, event), applied in recorded if not applied]
-        if skipped:
+        if not all(applied):
+            skipped = [event.msg_id for event, ok in zip(events, applied, strict=True) if not ok]
             self.metrics.inc("dedupe_skipped", len(skipped))
             log.info("already applied, acked without a second charge: %s", _ids(skipped))
-        return {event.dedupe_key for event in events}
+        return True
 
     # -- the other outcomes -----------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from solutions.connection import REDIS_ERRORS, Backoff, Client, Streak, describe
-from solutions.messages import Delivery
+from solutions.messages import Delivery, flat_fields
 from solutions.metrics import Metrics
 from solutions.reader import decode_id, delivery_counts
 from solutions.settings import Settings
@@ -158,7 +158,7 @@ class Rescuer:
             idle_ms,
             deliveries,
         )
-        return Delivery(msg_id, fields or None, deliveries, "reclaimed")
+        return Delivery(msg_id, flat_fields(fields) if fields else None, deliveries, "reclaimed")
 
     async def _ack_deleted(self, ids: list[str]) -> None:
         """Entries deleted from the stream while pending: nothing to process; the pipeline acks them."""

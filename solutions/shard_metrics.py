@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from solutions.metrics import Metrics, Snapshot
+from solutions.metrics import Metrics, Snapshot, format_gauge
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class ShardMetrics:
     def line(self) -> str:
         """The log line: the totals, then each shard's processed, pending and lag."""
         parts = [
-            f"{name}:processed={s.processed},pending={s.pending:.0f},lag={s.group_lag:.0f}"
+            f"{name}:processed={s.processed},pending={s.pending:.0f},lag={format_gauge(s.group_lag)}"
             for name, s in self.snapshots().items()
         ]
         return f"{self.total().line()} | shards {' '.join(parts)}"

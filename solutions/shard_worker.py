@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable
 
 from redis.exceptions import RedisError
@@ -181,7 +182,8 @@ class ShardedWorker(Lifecycle):
         """What waits in every shard, for the log line of a store that is back."""
         await self._refresh_gauges()
         total = self.metrics.total()
-        return f"the shards have {total.pending:.0f} pending and {total.group_lag:.0f} not yet read"
+        lag = "?" if math.isnan(total.group_lag) else f"{total.group_lag:.0f}"  # one shard's unknown lag
+        return f"the shards have {total.pending:.0f} pending and {lag} not yet read"
 
     async def _refresh_gauges(self) -> None:
         """Every shard's gauges at once, each at most a metrics interval: a shard client would wait

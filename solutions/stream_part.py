@@ -10,6 +10,7 @@ store's breaker); :func:`refresh_gauges` samples its stream for the metrics.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 
@@ -78,9 +79,10 @@ def build_part(
     )
 
     async def has_room(stop: asyncio.Event) -> None:
-        # Read again while the previous batch is still being committed and acked (overlap),
-        # but never hold more than parallelism + count messages.
-        await pool.wait_below(s.parallelism + s.count, stop)
+        # Read again while earlier batches are still being worked on, committed and acked (the
+        # next read's round trip overlaps that work), but never hold more than parallelism +
+        # 2 * count messages: read at most count more while parallelism + count or fewer are in hand.
+        await pool.wait_below(s.parallelism + s.count + 1, stop)
 
     reader = reader_class(client, s, pipeline.dispatch, has_room, breaker)
     rescuer = Rescuer(client, s, metrics, pipeline.dispatch, has_room, breaker)
@@ -97,7 +99,7 @@ async def refresh_gauges(client: Client, settings: Settings, metrics: Metrics) -
         groups, length, first = await pipe.execute()
     pending, lag = group_numbers(groups, s.group)
     metrics.set("pending", pending)
-    metrics.set("group_lag", lag)
+    metrics.set("group_lag", math.nan if lag is None else lag)  # unknown is not 0
     metrics.set("stream_length", int(length))
     metrics.set("stream_age_s", stream_age_s(first[0][0] if first else None, time.time()))
 
@@ -105,4 +107,4 @@ async def refresh_gauges(client: Client, settings: Settings, metrics: Metrics) -
 async def backlog(client: Client, settings: Settings) -> str:
     """``XINFO GROUPS``: what waits for the group, for the log line of a store that is back."""
     pending, lag = group_numbers(await client.xinfo_groups(settings.stream), settings.group)
-    return f"the group has {pending} pending and {lag} not yet read"
+    return f"the group has {pending} pending and {'?' if lag is None else lag} not yet read"

@@ -15,8 +15,9 @@ from typing import Any
 
 import redis
 
-from solutions.handler import Handler
+from solutions.handler import BillingHandler, Handler
 from solutions.ledger import Ledger, read_rows
+from solutions.messages import OrderEvent
 from solutions.settings import Settings
 from solutions.worker import Worker
 
@@ -204,3 +205,20 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeo
         proc.kill()
         proc.wait(5)
         raise
+
+
+class CountingHandler(BillingHandler):
+    """The lab's handler with a delay, counting its process() calls and how many run at once."""
+
+    def __init__(self, stream: str = "orders", delay_ms: int = 20) -> None:
+        super().__init__(stream=stream, delay_ms=delay_ms)
+        self.calls = self.now = self.peak = 0
+
+    async def process(self, event: OrderEvent) -> None:
+        self.calls += 1
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            await super().process(event)
+        finally:
+            self.now -= 1

@@ -8,7 +8,7 @@ import redis
 import redis.asyncio as aioredis
 
 from solutions.acks import DONE, Acks
-from solutions.messages import Delivery
+from solutions.messages import Delivery, flat_fields
 
 
 def pending_for(client: redis.Redis, stream: str, n: int) -> list[str]:
@@ -44,8 +44,7 @@ def test_dead_letter_moves_a_message_once(redis_url: str, key_prefix: str) -> No
     client = redis.Redis.from_url(redis_url)
     stream = f"{key_prefix}orders"
     (msg_id,) = pending_for(client, stream, 1)
-    fields = dict(client.xrange(stream)[0][1])
-    delivery = Delivery(msg_id.decode(), fields, 3)
+    delivery = Delivery(msg_id.decode(), flat_fields(client.xrange(stream)[0][1]), 3)
 
     async def scenario() -> list[bool]:
         async with aioredis.Redis.from_url(redis_url) as aclient:

@@ -27,7 +27,8 @@ def test_tiny_bench_runs_and_reports_sane_numbers(tmp_path: Path, redis_url: str
     data = json.loads(report.read_text())
     rows = {row["name"]: row for row in data["rows"]}
     sections = {row["section"] for row in data["rows"]}
-    expected = {"consume", "concurrency", "produce", "XADD latency", "failover", "cluster shards", "cluster failover"}
+    expected = {"consume", "consume CPU", "concurrency", "produce", "XADD latency", "failover", "cluster shards",
+                "cluster failover"}
     assert expected <= sections
     for row in data["rows"]:
         assert row["values"], row["name"]
@@ -35,13 +36,20 @@ def test_tiny_bench_runs_and_reports_sane_numbers(tmp_path: Path, redis_url: str
     ceiling = rows["ceiling: raw redis.asyncio, COUNT 100, one XACK per batch"]
     assert ceiling["ratio_q1"] is None  # no paired ratios, no quartiles
     assert "ratio q1 … q3" in result.stdout
-    for dedupe in ("none", "redis", "sqlite"):
-        row = rows[f"reference worker, --dedupe {dedupe}"]
-        assert len(row["ratios"]) == len(row["values"]) and len(ceiling["values"]) == 3 * len(row["values"])
+    targets = {"none": 0.8, "redis": 0.3, "sqlite": 0.6}  # issue 20's, and issue 8's floor for redis
+    default_gc = ", CPython's default GC"
+    runs = [(d, "", 3) for d in targets] + [(d, default_gc, 2) for d in ("none", "sqlite")]  # (dedupe, GC, per round)
+    for dedupe, gc_words, per_round in runs:
+        name = f"reference worker, --dedupe {dedupe}{gc_words}"
+        row, ceiling = rows[name], rows[f"ceiling: raw redis.asyncio, COUNT 100, one XACK per batch{gc_words}"]
+        assert len(row["ratios"]) == len(row["values"]) and len(ceiling["values"]) == per_round * len(row["values"])
         assert row["ratio"] == pytest.approx(statistics.median(row["ratios"]))
         assert row["ratio_q1"] <= row["ratio"] <= row["ratio_q3"]  # the spread of the paired ratios
         assert min(row["ratios"]) <= row["ratio_q1"] and row["ratio_q3"] <= max(row["ratios"])
-        assert isinstance(row["met"], bool)
+        assert isinstance(row["met"], bool) and row["target"] == f"≥ {targets[dedupe]}× ceiling"
+        cpu = rows[f"{name}, CPU per message"]  # the same runs in CPU microseconds per message
+        assert cpu["unit"] == "µs" and len(cpu["ratios"]) == len(row["ratios"]) and cpu["met"] is None
+        assert f"{name}: " in result.stdout  # the verdict line under the table
     assert data["meta"]["placement"]["ping_rtt_us"] > 0
     shards = [row for row in data["rows"] if row["section"] == "cluster shards"]
     assert [row["name"].split(",")[1].strip() for row in shards] == ["1 shard(s)", "2 shard(s)"] * 2

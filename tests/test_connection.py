@@ -102,6 +102,8 @@ def test_a_sentinel_client_reconnects_through_sentinel_on_every_retry(sentinel_t
 PACKED_ARGS: list[tuple[Any, ...]] = [
     ("XACK", "orders", b"billing", *[f"1700000000000-{i}".encode() for i in range(100)]),
     ("XREADGROUP", "GROUP", "billing", "w-1", "COUNT", 100, "BLOCK", 500, "STREAMS", "orders", ">"),
+    (b"XREADGROUP", b"GROUP", "billing", "w-1", b"COUNT", 100, b"STREAMS", "orders", "0"),  # the reader's raw read
+    (b"CONFIG GET", "maxmemory"),
     ("SET", "clé", "значение", "EX", 60),
     ("HSET", "h", "f", 1.5, "g", -3, "i", 10**20, "m", memoryview(b"mv")),
     ("SET", "k", bytearray(b"ba")),  # hiredis refuses a bytearray: redis-py's packer takes it

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from labs.panels.dashboard_sample import (
@@ -54,3 +56,11 @@ def test_settled_only_after_work_and_a_quiet_window() -> None:
     pending = [*quiet[:-3], *(at(t / 10, 0, pending=2, processed=50) for t in (8, 9, 10))]
     assert not settled_for(pending, 0.5)
     assert not settled_for([], 0.5)
+    unknown = [*quiet[:-1], at(1.0, math.nan, pending=0, processed=50)]  # the worker cannot tell its lag
+    assert not settled_for(unknown, 0.5) and verdict_of(unknown) == KEEPING_UP
+
+
+def test_an_unknown_lag_reads_as_a_question_mark() -> None:
+    from labs.panels.dashboard import _n
+
+    assert (_n(None), _n(math.nan), _n(3.0)) == ("-", "?", "3")

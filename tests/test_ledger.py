@@ -34,6 +34,26 @@ def test_ledger_write_applies_each_event_once_across_and_within_batches(tmp_path
         ledger.close()
 
 
+def test_a_batch_with_an_event_applied_before_is_decided_event_by_event(tmp_path: Path) -> None:
+    """``once``: a batch first claims all its events in one ``INSERT OR IGNORE``; when one was
+    applied before, that claim is undone and each event looked up, so nothing is half-claimed.
+    Rows of different consumers in one batch keep their own consumer."""
+    ledger = Ledger(tmp_path / "l.sqlite3").open()
+    try:
+        assert ledger.write([Charge("e-1", "o-1", "1.00", "0-1", "a")], once=True) == [True]
+        batch = [Charge("e-0", "o-1", "2.00", "1-0", "b"), Charge("e-1", "o-1", "1.00", "1-1", "b"),
+                 Charge("e-2", "o-2", "3.00", "1-2", "c")]
+        assert ledger.write(batch, once=True) == [True, False, True]
+        with sqlite3.connect(ledger.path) as db:
+            claims = db.execute("SELECT event_id, msg_id, consumer FROM applied_events ORDER BY event_id").fetchall()
+            rows = db.execute("SELECT event_id, amount, msg_id, consumer FROM charges ORDER BY id").fetchall()
+        db.close()
+        assert claims == [("e-0", "1-0", "b"), ("e-1", "0-1", "a"), ("e-2", "1-2", "c")]
+        assert rows == [("e-1", "1.00", "0-1", "a"), ("e-0", "2.00", "1-0", "b"), ("e-2", "3.00", "1-2", "c")]
+    finally:
+        ledger.close()
+
+
 def test_a_ledger_created_with_the_older_applied_events_layout_still_applies_once(tmp_path: Path) -> None:
     """New ledgers make ``applied_events`` a WITHOUT ROWID table; one made before (a rowid
     table with a primary-key index) keeps working with the same verdicts."""

@@ -7,11 +7,11 @@ from decimal import Decimal
 
 import pytest
 
-from solutions.messages import Delivery, OrderEvent, PermanentError, dedupe_key, parse_order
+from solutions.messages import Delivery, OrderEvent, PermanentError, dedupe_key, flat_fields, parse_order
 
 
 def delivery(fields: dict[bytes, bytes] | None, msg_id: str = "1700000000000-0") -> Delivery:
-    return Delivery(msg_id, fields)
+    return Delivery(msg_id, None if fields is None else flat_fields(fields))
 
 
 def test_valid_event_is_parsed() -> None:
@@ -85,6 +85,17 @@ def test_any_field_can_reject_an_otherwise_valid_event(extra: dict[bytes, bytes]
         {b"type": b"ORDER.PAID", b"order_id": b"o-1", b"amount": b"1"},
         {b"order_id": b"o-1", b"amount": b"1", b"note": b"x"},
         {b"order_id": b"o-" + b"1" * 250, b"amount": b"1.00", b"event_id": b"e-1"},
+        # the producer's order, with and without produced_at_ms: the shapes the fast path knows
+        {b"type": b"order.paid", b"order_id": b"o-1", b"amount": b"9.99", b"event_id": b"e-1", b"produced_at_ms": b"1"},
+        {b"type": b"order.paid", b"order_id": b"o-1", b"amount": b"9.99", b"event_id": b"e-1",
+         b"produced_at_ms": b"\xff"},
+        {b"type": b"order.paid", b"order_id": b"o-1", b"amount": b"9.99", b"event_id": b"",
+         b"produced_at_ms": b"9" * 250},
+        {b"type": b"order.paid", b"order_id": b" o-1", b"amount": b"-1", b"event_id": b"e-1"},
+        {b"type": b"order.paid", b"order_id": b"o-1", b"amount": b"sNaN", b"event_id": b"e-1"},
+        {b"type": b"order.paid", b"order_id": b"", b"amount": b"1", b"event_id": b"e-1"},
+        {b"type": b"order.paid", b"order_id": b"\xe9", b"amount": b"1", b"event_id": b"e-1"},
+        {b"type": b"order.pai", b"order_id": b"o-1", b"amount": b"1", b"event_id": b"e-1"},
     ],
 )
 def test_the_fast_path_agrees_with_the_slow_path(fields: dict[bytes, bytes]) -> None:
@@ -99,5 +110,16 @@ def test_the_fast_path_agrees_with_the_slow_path(fields: dict[bytes, bytes]) -> 
             return f"PermanentError: {exc}"
 
     fast = outcome(lambda: parse_order("orders", delivery(fields, "9-9")))
-    slow = outcome(lambda: _parse_decoded("orders", "9-9", _decode_all(fields)))
+    slow = outcome(lambda: _parse_decoded("orders", "9-9", _decode_all(flat_fields(fields))))
     assert fast == slow
+
+
+def test_fields_stay_as_redis_sent_them() -> None:
+    """An entry may carry a field twice (XADD allows it): the parse reads the last value, as a
+    dict would, and the DLQ entry keeps the original list."""
+    from solutions.dlq import dead_letter_fields
+
+    fields = [b"order_id", b"o-1", b"amount", b"ten", b"amount", b"2.50"]
+    assert parse_order("orders", Delivery("1-1", fields)).amount == Decimal("2.50")
+    assert Delivery("1-1", fields).text("amount") == "2.50" and Delivery("1-1", None).text("amount") is None
+    assert dead_letter_fields(Delivery("1-1", fields, 3), "bad")[:4] == [b"order_id", b"o-1", b"amount", b"2.50"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import socket
 import time
 import urllib.request
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 from billing_support import produce, running, settings, until
 
 from labs.launcher.ports import free_port
 from solutions.metrics import Metrics, group_numbers, stream_age_s
+from solutions.worker import Worker, backlog
 
 
 def test_prometheus_endpoint_and_log_line(
@@ -50,10 +53,34 @@ def test_prometheus_endpoint_and_log_line(
     assert logged and "processed=5" in logged[-1] and "stream_length=5" in logged[-1]
 
 
+def test_an_unknown_group_lag_is_reported_as_unknown(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
+    """A group created at an id in the middle of a stream: Redis cannot count what it has left to
+    read (XINFO GROUPS says nil). The gauge is NaN, the scrape says NaN and the log line ``?``, never 0."""
+    client = redis.Redis.from_url(redis_url)
+    s = settings(redis_url, key_prefix, tmp_path / "l.sqlite3")
+    ids = produce(client, s.stream, 5)
+    client.xgroup_create(s.stream, s.group, id=ids[1])
+    assert client.xinfo_groups(s.stream)[0]["lag"] is None
+
+    async def refresh() -> Worker:
+        worker = Worker(s)  # not run: only its gauges are read
+        async with aioredis.Redis.from_url(redis_url) as aclient:
+            await worker.refresh_gauges(aclient)
+            assert await backlog(aclient, s) == "the group has 0 pending and ? not yet read"
+        return worker
+
+    worker = asyncio.run(refresh())
+    assert math.isnan(worker.counts.group_lag) and worker.counts.stream_length == 5
+    assert "group_lag=? " in worker.metrics.values.line()
+    (line,) = [ln for ln in scrape(worker.metrics).splitlines() if ln.startswith("billing_group_lag{")]
+    assert line.endswith(" NaN")
+
+
 def test_helpers() -> None:
     groups = [{"name": b"other", "pending": 3, "lag": 1}, {"name": b"billing", "pending": 7, "lag": None}]
-    assert group_numbers(groups, "billing") == (7, 0)
-    assert group_numbers([], "billing") == (0, 0)
+    assert group_numbers(groups, "billing") == (7, None)  # Redis does not know the lag: unknown, not 0
+    assert group_numbers(groups, "other") == (3, 1)
+    assert group_numbers([], "billing") == (0, None)
     assert stream_age_s(b"1000-0", 11.0) == 10.0
     assert stream_age_s(None, 11.0) == 0.0
     m1 = Metrics(stream="s", group="g", consumer="a")

@@ -14,12 +14,12 @@ import pytest
 import redis
 from billing_support import charge_counts, produce, running, settings, until
 
-from solutions.messages import Delivery
+from solutions.messages import Delivery, flat_fields
 from solutions.pipeline import ALL_LANES, split_runs
 
 
 def _delivery(msg_id: str, order_id: bytes | None) -> Delivery:
-    fields = {b"amount": b"1.00"} | ({b"order_id": order_id} if order_id is not None else {})
+    fields = [b"amount", b"1.00"] + ([b"order_id", order_id] if order_id is not None else [])
     return Delivery(msg_id, fields)
 
 
@@ -49,7 +49,7 @@ def test_a_message_already_in_hand_is_not_started_twice(redis_url: str, key_pref
         async with running(s) as worker:
             await until(lambda: msg_id in worker.pool.in_flight, 10, "the message in hand")
             assert worker.pipeline is not None
-            fields = dict(client.xrange(s.stream)[0][1])
+            fields = flat_fields(client.xrange(s.stream)[0][1])
             again = await worker.pipeline.dispatch([Delivery(msg_id, fields, 2, "reclaimed")])
             await until(lambda: worker.counts.processed == 1, 10, "the charge")
             return again

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from billing_support import charges, produce, running, settings, until
+from billing_support import CountingHandler, charges, produce, running, settings, until
 
-from solutions.handler import BillingHandler
-from solutions.messages import OrderEvent
 from solutions.pool import Job, Pool, Turn
 
 
@@ -79,22 +77,6 @@ def test_concurrency_is_bounded_and_lanes_are_serial() -> None:
     assert set(lane_peak.values()) == {1}
 
 
-class CountingHandler(BillingHandler):
-    """Records how many handlers work at the same time."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream=stream, delay_ms=20)
-        self.now = self.peak = 0
-
-    async def process(self, event: OrderEvent) -> None:
-        self.now += 1
-        self.peak = max(self.peak, self.now)
-        try:
-            await super().process(event)
-        finally:
-            self.now -= 1
-
-
 def test_parallelism_bounds_the_handlers_at_work(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     s = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", parallelism=4, count=16)
@@ -157,3 +139,26 @@ def test_per_key_order_holds_when_a_batch_dead_letters_first(redis_url: str, key
     assert sum(map(len, by_order.values())) == 600 - len(range(0, 600, 7))
     for order_id, seen in by_order.items():
         assert seen == sorted(seen), f"{order_id} charged out of stream order"
+
+
+def test_a_reader_waiting_for_room_sees_the_stop_when_woken() -> None:
+    """wait_below waits for one event: a run that ends, or wake() by whoever sets the stop."""
+
+    async def scenario() -> bool:
+        pool, stop = Pool(1), asyncio.Event()
+        blocker = asyncio.Event()
+
+        async def held(turn: Turn) -> None:
+            await blocker.wait()
+
+        pool.start(["id-0"], [], held)
+        waiting = asyncio.create_task(pool.wait_below(1, stop))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # full: it waits
+        stop.set()
+        pool.wake()
+        await asyncio.wait_for(waiting, 2)
+        blocker.set()
+        return await pool.drain(2) == []
+
+    assert asyncio.run(scenario())

@@ -6,12 +6,15 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 from billing_support import charge_counts, pending_ids, produce, running, settings, until, xreadgroup_calls
 
 from labs.launcher.topology import Topology
+from solutions.reader import NEW, OWN_PENDING, Entry, xreadgroup_entries
 
 # BLOCK is 200 ms in these tests, so a healthy idle reader makes ~5 calls a second; the
 # backoff caps errors at a few a second. A hot loop would make thousands.
@@ -100,3 +103,38 @@ def _exists(client: redis.Redis, key: str) -> bool:
         return bool(client.exists(key))
     except redis.ConnectionError:
         return False
+
+
+class RoutedClient:
+    """A client that is not a ``redis.asyncio.Redis`` (as a cluster client is not): only its
+    ``xreadgroup`` is used, here a real one's."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.inner = client
+
+    async def xreadgroup(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.inner.xreadgroup(*args, **kwargs)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_entries_come_as_redis_sent_them(protocol: int, redis_url: str, key_prefix: str, tmp_path: Path) -> None:
+    """The raw reply (RESP2 or RESP3) and the parsed one of another kind of client give the same
+    entries: ids as bytes, fields as the flat list the producer wrote, in its order; an entry
+    deleted while pending comes with no fields."""
+    client = redis.Redis.from_url(redis_url)
+    s = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", consumer="c-1", count=10)
+    client.xgroup_create(s.stream, s.group, id="0", mkstream=True)
+    client.xadd(s.stream, {"type": "order.paid", "order_id": "o-1", "amount": "1.50", "event_id": "e-1"})
+    gone = client.xadd(s.stream, {"b": "2", "a": "1"})
+
+    async def read() -> list[list[Entry]]:
+        async with aioredis.Redis.from_url(redis_url, protocol=protocol) as aclient:
+            new = await xreadgroup_entries(aclient, s, NEW, None)
+            client.xdel(s.stream, gone)
+            return [new, await xreadgroup_entries(aclient, s, OWN_PENDING, None),
+                    await xreadgroup_entries(RoutedClient(aclient), s, OWN_PENDING, None)]  # type: ignore[arg-type]
+
+    new, own, routed = asyncio.run(read())
+    fields = [b"type", b"order.paid", b"order_id", b"o-1", b"amount", b"1.50", b"event_id", b"e-1"]
+    assert [(bytes(i), list(f) if f else f) for i, f in new] == [(new[0][0], fields), (gone, [b"b", b"2", b"a", b"1"])]
+    assert [list(f) if f else None for _, f in own] == [fields, None] == [list(f) if f else None for _, f in routed]

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from labs.bench import placement, runner
-from labs.bench.results import table, write_json
+from labs.bench.results import table, verdicts, write_json
 from labs.launcher.errors import LauncherError
 from labs.launcher.topology import Topology
 from solutions.gc_tuning import tune_for_throughput
@@ -77,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             topo.stop()
     console.print(table(rows, f"bench ({'tiny' if args.tiny else 'full'}): {plan}"))
     console.print(f"placement: {where.describe()}")
+    for line in verdicts(rows):
+        console.print(line)
     meta = {"plan": plan.__dict__, "placement": where.__dict__, "url": url}
     path = write_json(rows, meta, args.out)
     console.print(f"wrote {path}")

@@ -74,6 +74,19 @@ def table(rows: list[Row], title: str) -> Table:
     return out
 
 
+def verdicts(rows: list[Row]) -> list[str]:
+    """One line per throughput target: the paired ratio, its quartiles, the target, met or not."""
+    lines = []
+    for row in rows:
+        quartiles = row.ratio_quartiles
+        if row.section != "consume" or row.met is None or row.ratio is None or quartiles is None:
+            continue
+        verdict = "[green]met[/]" if row.met else "[red]NOT met[/]"
+        lines.append(f"{row.name}: {row.ratio:.2f}× (q1 … q3 {quartiles[0]:.2f} … {quartiles[1]:.2f}, "
+                     f"{len(row.ratios)} pairs), target {row.target}: {verdict}")
+    return lines
+
+
 def write_json(rows: list[Row], meta: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"bench-{datetime.now():%Y%m%d-%H%M%S}.json"

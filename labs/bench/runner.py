@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import statistics
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -13,17 +12,15 @@ from pathlib import Path
 import redis
 from rich.progress import Progress, TaskID
 
-from labs.bench import ceiling, cluster, memory, producer, recovery, worker_runs
+from labs.bench import ceiling, cluster, memory, producer, recovery, throughput, worker_runs
 from labs.bench.results import Row
+from labs.bench.throughput import ROUND, Pairs, Run, gc_mode, timed
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.topology import Topology
 from solutions.settings import Settings
 
 log = logging.getLogger(__name__)
 
-DEDUPES = ("none", "redis", "sqlite")
-# The floors the worker must keep (issue 8: the ratios before the pipeline was rewritten).
-RATIO_TARGETS = {"none": 0.53, "redis": 0.3, "sqlite": 0.42}
 HANDLER_S = 0.05
 FAILOVER_GAP_S = 0.5
 RSS_GROWTH_MAX = 1.25
@@ -65,57 +62,47 @@ class Bench:
         with redis.Redis.from_url(self.url) as client:
             client.delete(stream)
 
-    async def _timed(self, name: str, run: Callable[[str], Awaitable[float]], n: int) -> float:
+    async def _timed(self, name: str, run: Callable[[str], Awaitable[float]], n: int) -> Run:
+        """Produce ``n`` events, run ``run`` over them (timed: msgs/s and CPU per message), drop them."""
         stream = self._stream(name)
         await asyncio.to_thread(ceiling.produce, self.url, stream, n)
         try:
-            return await run(stream)
+            return await timed(run(stream), n)
         finally:
             await asyncio.to_thread(self._drop, stream)
 
-    async def _worker_rate(self, name: str, n: int, base: Settings) -> float:
+    async def _worker_run(self, name: str, n: int, base: Settings) -> Run:
         return await self._timed(name, lambda stream: worker_runs.run_worker(replace(base, stream=stream), n), n)
 
-    async def _round(self, n: int, ledger_tag: str, task: TaskID) -> dict[str, tuple[float, float]]:
-        """One round: per dedupe, a ceiling run and right after it the worker; ``(worker, ceiling)`` msgs/s each.
-
-        Each worker run is divided by the ceiling run just before it: this machine's speed
-        drifts by ±20% within a minute (a shared VM), and a ratio of two runs seconds apart
-        cancels most of that drift, where a ratio of two medians taken across a minute does not.
-        """
-        rates: dict[str, tuple[float, float]] = {}
-        for dedupe in DEDUPES:
-            ceiling_rate = await self._timed("ceiling", lambda s: ceiling.ceiling(self.url, s, n), n)
-            self._advance(task)
-            ledger = self.workdir / f"ledger-{dedupe}-{ledger_tag}.sqlite3"
-            base = worker_runs.bench_settings(self.url, dedupe=dedupe, ledger=ledger, parallelism=100, count=100)
-            rates[dedupe] = (await self._worker_rate(dedupe, n, base), ceiling_rate)
-            self._advance(task)
-        return rates
+    async def _round(self, n: int, ledger_tag: str, task: TaskID, pairs: dict[tuple[str, str], Pairs]) -> None:
+        """One round: per ``(dedupe, GC mode)`` of :data:`~labs.bench.throughput.ROUND`, a ceiling
+        run and right after it the worker, both in that GC mode (see :mod:`labs.bench.throughput`)."""
+        for dedupe, mode in ROUND:
+            with gc_mode(mode):
+                ceiling_run = await self._timed("ceiling", lambda s: ceiling.ceiling(self.url, s, n), n)
+                self._advance(task)
+                ledger = self.workdir / f"ledger-{dedupe}-{mode}-{ledger_tag}.sqlite3"
+                base = worker_runs.bench_settings(self.url, dedupe=dedupe, ledger=ledger, parallelism=100, count=100)
+                worker_run = await self._worker_run(dedupe, n, base)
+                self._advance(task)
+            pair = pairs.setdefault((dedupe, mode), Pairs())
+            pair.workers.append(worker_run)
+            pair.ceilings.append(ceiling_run)
 
     async def throughput(self) -> None:
-        """The worker with each dedupe, each run paired with a ceiling run just before it.
+        """The worker with each dedupe and GC mode, each run paired with a ceiling run just before it.
 
         A short warm-up round first (imports, caches, the server), so that the first measured
         ceiling is not also the run that pays for them; then ``reps`` rounds. A worker's ratio
         is the median of its ``reps`` paired ratios.
         """
         n = self.plan.events
-        ceiling_row = Row("consume", "ceiling: raw redis.asyncio, COUNT 100, one XACK per batch", "msgs/s")
-        rows = {d: Row("consume", f"reference worker, --dedupe {d}", "msgs/s") for d in DEDUPES}
-        task = self.progress.add_task("throughput", total=(self.plan.reps + 1) * 2 * len(DEDUPES))
-        await self._round(max(1, n // 10), "warm-up", task)  # not kept
+        task = self.progress.add_task("throughput", total=(self.plan.reps + 1) * 2 * len(ROUND))
+        await self._round(max(1, n // 10), "warm-up", task, {})  # not kept
+        pairs: dict[tuple[str, str], Pairs] = {}
         for rep in range(self.plan.reps):
-            for dedupe, (worker_rate, ceiling_rate) in (await self._round(n, str(rep), task)).items():
-                ceiling_row.values.append(ceiling_rate)
-                rows[dedupe].values.append(worker_rate)
-                rows[dedupe].ratios.append(worker_rate / ceiling_rate)
-        self.rows.append(ceiling_row)
-        for dedupe, row in rows.items():
-            row.ratio, row.ratio_of = statistics.median(row.ratios), "ceiling (paired)"
-            row.target = f"≥ {RATIO_TARGETS[dedupe]}× ceiling" + (" (stretch 0.8×)" if dedupe == "none" else "")
-            row.met = row.ratio >= RATIO_TARGETS[dedupe]
-            self.rows.append(row)
+            await self._round(n, str(rep), task, pairs)
+        self.rows += throughput.rows_of(pairs)
 
     async def concurrency(self) -> None:
         """A 50 ms handler at each parallelism, against the ideal parallelism / 0.05 s."""
@@ -127,7 +114,7 @@ class Bench:
             settings = worker_runs.bench_settings(
                 self.url, dedupe="none", ledger=ledger, parallelism=par, count=par, delay_ms=50
             )
-            rate = await self._worker_rate(f"par{par}", n, settings)
+            rate = (await self._worker_run(f"par{par}", n, settings)).rate
             row = Row("concurrency", f"50 ms handler, parallelism {par}", "msgs/s", [rate])
             row.ratio, row.ratio_of = rate / ideal, f"ideal {ideal:,.0f}/s"
             if par == 64:
@@ -191,7 +178,7 @@ class Bench:
             self.url, dedupe="none", ledger=self.workdir / "ledger-mem.sqlite3", parallelism=100, count=100
         )
         try:
-            rate = await self._worker_rate("memory", n, settings)
+            rate = (await self._worker_run("memory", n, settings)).rate
         finally:
             stop.set()
             await sampler

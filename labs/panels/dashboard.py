@@ -22,6 +22,7 @@ or Redis is shown in the status line and retried with a backoff; it never kills 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import redis
@@ -173,4 +174,7 @@ class MetricsDashboard(MonitorThread[DashboardSample]):
 
 
 def _n(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}"
+    """A count for the status line: ``-`` when not exported, ``?`` when the worker does not know it (NaN)."""
+    if value is None:
+        return "-"
+    return "?" if math.isnan(value) else f"{value:.0f}"
