@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from solutions.connection import REDIS_ERRORS, describe
 from solutions.ledger import Ledger
 from solutions.metrics import Metrics, Snapshot
+from solutions.reader import own_pending
 from solutions.settings import Settings
 from solutions.store_breaker import StoreBreaker
 from solutions.stream_part import StreamPart
@@ -36,6 +37,8 @@ from solutions.stream_part import StreamPart
 log = logging.getLogger("solutions.worker")
 
 SETTLE_MARGIN_S = 5.0  # at shutdown, a commit on its way gets the ledger's busy timeout plus this
+LEFT_LISTED = 1000  # at most this many ids of what is left pending go into the drain line
+LEFT_QUERY_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -162,13 +165,14 @@ class Lifecycle(ABC):
         if self.breaker is not None:
             await self.breaker.aclose()
         parts = self.stream_parts()
-        lefts = await asyncio.gather(*(part.pool.drain(self.settings.drain_timeout_s) for part in parts))
-        named = len(parts) > 1  # a shard's ids are not unique across shards
-        left = [f"{part.name}/{i}" if named else i for part, ids in zip(parts, lefts, strict=True) for i in ids]
+        in_hand = await asyncio.gather(*(part.pool.drain(self.settings.drain_timeout_s) for part in parts))
         settle_s = self.ledger.busy_timeout_ms / 1000 + SETTLE_MARGIN_S
         settled = await asyncio.gather(*(part.pipeline.settle(settle_s) for part in parts))
         if not all(settled):
             log.warning("a commit or XACK was still on its way after %ss; its messages stay pending", settle_s)
+        lefts = await asyncio.gather(*(left_in_pel(part, held) for part, held in zip(parts, in_hand, strict=True)))
+        named = len(parts) > 1  # a shard's ids are not unique across shards
+        left = [f"{part.name}/{i}" if named else i for part, ids in zip(parts, lefts, strict=True) for i in ids]
         for part in parts:
             with contextlib.suppress(*REDIS_ERRORS):
                 await part.rescuer.release_lease()
@@ -203,3 +207,18 @@ class Lifecycle(ABC):
             except Exception as exc:  # a bug: said with its traceback; the worker goes on
                 log.error("metrics refresh raised %s", describe(exc), exc_info=exc)
             log.info("metrics %s", self._metrics_line())
+
+
+async def left_in_pel(part: StreamPart, held: list[str]) -> list[str]:
+    """What this consumer leaves pending on ``part``'s stream, as Redis has it (``XPENDING``).
+
+    More than the pool still held: an ``XREADGROUP`` in flight when the stop came was
+    cancelled after Redis had delivered its batch, so those entries sit in our PEL though the
+    worker never saw them. If Redis cannot say, what the pool held is the best answer.
+    """
+    try:
+        return await asyncio.wait_for(own_pending(part.client, part.settings, LEFT_LISTED), LEFT_QUERY_TIMEOUT_S)
+    except REDIS_ERRORS as exc:  # TimeoutError is an OSError
+        log.warning("could not read what is left in the PEL of %s (%s); listing what the worker held",
+                    part.name, describe(exc))
+        return held

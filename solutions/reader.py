@@ -105,6 +105,13 @@ async def delivery_counts(client: Client, settings: Settings, ids: list[str]) ->
     return {decode_id(row["message_id"]): int(row["times_delivered"]) for row in rows}
 
 
+async def own_pending(client: Client, settings: Settings, count: int) -> list[str]:
+    """``XPENDING stream group - + count consumer``: the ids this consumer holds, oldest first."""
+    rows = await client.xpending_range(settings.stream, settings.group, min="-", max="+", count=count,
+                                       consumername=settings.consumer)
+    return [decode_id(row["message_id"]) for row in rows]
+
+
 class Reader:
     """Reads for one consumer and hands batches of deliveries to ``dispatch``."""
 
