@@ -155,7 +155,7 @@ def test_compact_reference_takes_the_contract_like_billing_worker(tmp_path: Path
 
     assert columns(ref.SCHEMA) == columns(SCHEMA)
     assert ref.marker_key("s", "billing", "e1") == Settings(stream="s", group="billing").dedupe_prefix + "e1"
-    full_letter = dead_letter_fields(Delivery("1-0", {b"order_id": b"o"}, 3), "boom")
+    full_letter = dead_letter_fields(Delivery("1-0", [b"order_id", b"o"], 3), "boom")
     compact_letter = ref.dead_letter_fields("1-0", {"order_id": "o"}, "boom", 3)
     assert [x.decode() for x in full_letter] == [x for kv in compact_letter.items() for x in kv]
 
