@@ -57,12 +57,14 @@ def test_stopped_workers_and_filling_memory_fire_their_alerts_memory_before_oom(
                     "StreamNoLiveConsumer": {"stream": queue.stream},
                     "BillingWorkerDown": {"stream": queue.stream},
                     "RedisMemoryHigh": {"node": node},
+                    # In the lab copy the first OOM ever keeps this alert firing for 8 s only (5 min in
+                    # production): it is watched from the start, in the same wait, not after the others.
+                    "RedisRejectingWrites": {"node": node},
                 },
                 fault_at=fault_at,
-                timeout_s=45,
+                timeout_s=60,
             )
             filler.join(45)
-            fired |= wait_fired(api, {"RedisRejectingWrites": {"node": node}}, fault_at=fault_at, timeout_s=20)
         finally:
             filler.stop_event.set()
             client.delete(f"{PREFIX}filler")

@@ -67,7 +67,7 @@ def wait_fired(
         if time.monotonic() > deadline:
             missing = sorted(set(expected) - set(seen))
             states = ", ".join(f"{a.name}:{a.state}" for a in api.alerts()) or "none"
-            raise TimeoutError(f"{missing} did not fire within {timeout_s:g} s of the fault; alerts now: {states}")
+            raise TimeoutError(f"{missing} did not fire within {timeout_s:g} s; alerts now: {states}")
         time.sleep(POLL_S)
     return {name: _fired(api, alert, seen_at, fault_at) for name, (alert, seen_at) in seen.items()}
 

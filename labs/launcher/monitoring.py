@@ -40,7 +40,7 @@ from labs.launcher import ports, prom_binaries, worker_targets
 from labs.launcher.errors import LauncherError
 from labs.launcher.prom_api import PrometheusAPI, Target
 from labs.launcher.prom_config import ExporterTarget, collect_script, prometheus_config
-from labs.launcher.rule_scale import TimeScale, write_lab_copy
+from labs.launcher.rule_scale import TimeScale, format_duration, write_lab_copy
 from labs.launcher.service import ServiceProcess
 from labs.launcher.topology import TOPOLOGIES, Topology, default_run_dir
 from labs.launcher.worker_targets import WorkerTarget
@@ -53,6 +53,12 @@ TIME_SCALE_VAR = "LAB_MONITORING_TIME_SCALE"
 STREAMS_VAR = "LAB_MONITORING_STREAMS"
 DEFAULTS = {TIME_SCALE_VAR: "60", STREAMS_VAR: "*orders,*orders:dlq,*orders:{*},*orders:{*}:dlq"}
 RETENTION = "2h"
+# Prometheus's lookback delta: how far back an instant selector (and "offset") still finds a
+# series' last sample. It is a time window like the rules' and is scaled with them: at the
+# production 5 min, the samples of a Redis and a Prometheus stopped and started again a minute
+# ago (make down, make up-*) still look current in the lab's 8-second world, and an OOM count of
+# the new life equal to the old one hid the first-OOM alert.
+LOOKBACK_S = 300.0
 EXPORTER_CONNECT_TIMEOUT = "1s"  # a stalled Redis shows as redis_up 0 within a scrape
 
 
@@ -179,6 +185,7 @@ class Monitoring:
             f"--config.file={self.config_path}",
             f"--storage.tsdb.path={self.home / 'data'}",
             f"--storage.tsdb.retention.time={RETENTION}",
+            f"--query.lookback-delta={format_duration(self.scale.window_s(LOOKBACK_S))}",
             f"--web.listen-address=127.0.0.1:{self.prometheus_port}",
             "--web.enable-lifecycle",
         )

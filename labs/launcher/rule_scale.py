@@ -52,6 +52,10 @@ class TimeScale:
     factor: float = 60.0
     min_window_s: float = 8.0  # 4 scrape intervals of 2 s
 
+    def window_s(self, production_s: float) -> float:
+        """A production time window in the lab: divided by ``factor``, no shorter than ``min_window_s``."""
+        return max(production_s / self.factor, self.min_window_s)
+
     def __post_init__(self) -> None:
         if self.factor < 1:
             raise LauncherError(f"time scale {self.factor} must be >= 1 (1 keeps the production times)")
@@ -108,7 +112,7 @@ class _Scaler:
         return format_duration(parse_duration_s(text) / self.scale.factor)
 
     def window(self, text: str) -> str:
-        return format_duration(max(parse_duration_s(text) / self.scale.factor, self.scale.min_window_s))
+        return format_duration(self.scale.window_s(parse_duration_s(text)))
 
     def windows(self, code: str) -> str:
         code = _RANGE.sub(lambda m: f"[{self.window(m[1])}]", code)
