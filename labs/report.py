@@ -212,6 +212,12 @@ def make_console() -> Console:
     return Console(highlight=False, width=PIPE_WIDTH, soft_wrap=True)
 
 
+def left_running(console: Console, topology: str, url: str | None = None) -> None:
+    """Say that the lab's topology stays up after the run (the next run reuses it) and how to stop it."""
+    where = f" for you to inspect (redis-cli -u {url})" if url else " for you to inspect (make status)"
+    console.print(f"the {topology} topology keeps running{where}; 'make down' stops it")
+
+
 def print_report(console: Console, report: Report, *, max_rows: int = 20) -> None:
     """The checks and tables as rich tables in the terminal (long tables cut to ``max_rows``)."""
     if report.checks:

@@ -27,7 +27,7 @@ from labs.lab1.scenario import run_scenario
 from labs.lab1.settings import PRESETS
 from labs.launcher.errors import LauncherError
 from labs.launcher.topology import Topology
-from labs.report import Check, make_console, print_checks
+from labs.report import Check, left_running, make_console, print_checks
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     console.print(f"lab 1 checks of [bold]{escape(args.impl)}[/] on {url} ({args.preset} timings) ...")
     checks = run_checks(args.impl, url, preset=args.preset)
-    return print_checks(console, checks)
+    code = print_checks(console, checks)
+    if not args.redis_url:
+        left_running(console, "aof", url)
+    return code
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from labs.lab1.settings import PRESETS, Lab1Settings
 from labs.lab1.summary import build_report, write_logs
 from labs.launcher.errors import LauncherError
 from labs.launcher.topology import Topology
-from labs.report import Report, ReportPaths, make_console, print_report, write_report
+from labs.report import Report, ReportPaths, left_running, make_console, print_report, write_report
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_report(console, report)
     console.print(f"report: {paths.markdown}, {paths.html}, {paths.json}")
     if not args.redis_url:
-        console.print(f"the aof topology keeps running for you to inspect (redis-cli -u {url}); 'make down' stops it")
+        left_running(console, "aof", url)
     verdict = "[bold green]all checks passed[/]" if report.passed else "[bold red]some checks failed[/]"
     console.print(verdict)
     return 0 if report.passed else 1

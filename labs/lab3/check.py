@@ -23,7 +23,7 @@ from labs.lab3.run import run_lab, worker_args
 from labs.lab3.scenario import LabError
 from labs.lab3.settings import MODES, PRESETS
 from labs.launcher.errors import LauncherError
-from labs.report import Check, make_console, print_checks
+from labs.report import Check, left_running, make_console, print_checks
 
 
 def run_checks(worker: str | None = None, *, workers: Mapping[str, str | None] | None = None,
@@ -78,7 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LauncherError, ValueError) as exc:
         console.print(f"error: {escape(str(exc))}")
         return 2
-    return print_checks(console, checks)
+    code = print_checks(console, checks)
+    left_running(console, args.topology)
+    return code
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from labs.lab3.scenario import LabError
 from labs.lab3.settings import FAILOVER_KINDS, MODES, PRESETS, STRATEGIES, Lab3Settings
 from labs.lab3.summary import build_report
 from labs.launcher.errors import LauncherError
-from labs.report import Report, ReportPaths, make_console, print_report, write_report
+from labs.report import Report, ReportPaths, left_running, make_console, print_report, write_report
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"- {escape(note)}")
     if result.paths is not None:
         console.print(f"report: {result.paths.markdown}, {result.paths.html}, {result.paths.json}")
+    left_running(console, args.topology)
     verdict = "[bold green]all checks passed[/]" if result.passed else "[bold red]some checks failed[/]"
     console.print(verdict)
     return 0 if result.passed else 1

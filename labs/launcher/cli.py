@@ -7,7 +7,6 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from rich.console import Console
 from rich.table import Table
 
 from labs.launcher import monitoring_cli
@@ -15,8 +14,9 @@ from labs.launcher.cluster import ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.ports import DEFAULTS
 from labs.launcher.topology import TOPOLOGIES, Topology, TopologyStatus, default_run_dir
+from labs.report import make_console
 
-console = Console()
+console = make_console()  # piped (make status | tee): no wrapping at 80 columns
 
 EPILOG = "ports (override with the variable): " + ", ".join(f"{k}={v}" for k, v in DEFAULTS.items())
 
