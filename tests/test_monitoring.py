@@ -22,9 +22,10 @@ from monitoring_support import MonitoredStack
 from labs.experiments.worker_procs import WorkerProcess
 from labs.launcher import prom_binaries
 from labs.launcher.errors import LauncherError
-from labs.launcher.monitoring import Monitoring, topology_nodes
+from labs.launcher.monitoring import LOOKBACK_S, Monitoring, topology_nodes
 from labs.launcher.ports import free_port
 from labs.launcher.process import pid_alive
+from labs.launcher.rule_scale import format_duration
 from labs.launcher.service import http_ok
 from labs.launcher.topology import Topology
 from labs.launcher.worker_targets import WorkerTarget
@@ -73,6 +74,13 @@ def test_every_node_is_scraped_and_the_ui_answers_on_loopback(stack: Monitoring)
     assert stack.config_path.exists() and (stack.home / "data").is_dir()
     lab_rules = (stack.rules_dir / "streams.yml").read_text()
     assert lab_rules.startswith("# GENERATED") and "for: 5s" in lab_rules
+
+
+def test_the_lookback_delta_is_scaled_like_the_rules(stack: Monitoring) -> None:
+    # At the production 5 min, samples of a previous life (make down, make up-*) still answer an
+    # instant query or an "offset" a lab minute later; scaled, a series is gone after 8 s.
+    flags = stack.api.get("status/flags")
+    assert flags["query.lookback-delta"] == format_duration(stack.scale.window_s(LOOKBACK_S))
 
 
 def test_stream_metrics_and_the_collect_script_reach_prometheus(stack: Monitoring) -> None:

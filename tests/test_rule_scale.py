@@ -42,6 +42,12 @@ def test_ranges_and_offsets_are_divided_but_never_shorter_than_the_min_window() 
     assert scale_text(src, LAB) == "expr: increase(x[8s]) > 0 or (y unless y offset 8s) and z[1m]\n"
 
 
+def test_a_window_given_in_seconds_is_scaled_like_a_range_in_a_rule() -> None:
+    assert TimeScale(factor=60).window_s(300) == 8.0  # 5 s, raised to the 8 s floor
+    assert TimeScale(factor=10).window_s(300) == 30.0
+    assert TimeScale(factor=1, min_window_s=0).window_s(300) == 300.0
+
+
 def test_only_marked_lines_scale_their_numbers() -> None:
     src = (
         "expr: a > 60  # scaled\n"
