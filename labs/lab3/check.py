@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from labs.lab3.contract import WORKER_VAR, WorkerSpec
 from labs.lab3.run import run_lab, worker_args
+from labs.lab3.runner import DEPLOYMENTS
 from labs.lab3.scenario import LabError
 from labs.lab3.settings import MODES, PRESETS
 from labs.launcher.errors import LauncherError
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env-only", action="store_true", help="give the worker its settings in the environment only")
     p.add_argument("--reports-dir", type=Path, help="where the report goes (default reports/ or $LAB_REPORTS_DIR)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="timings (default quick)")
-    p.add_argument("--topology", choices=("sentinel", "cluster"), default="sentinel",
+    p.add_argument("--topology", choices=tuple(DEPLOYMENTS), default="sentinel",
                    help="the native Sentinel topology, or the native Redis Cluster (each stream in three shards)")
     return p
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import redis
 from redis.cluster import RedisCluster
@@ -27,7 +26,6 @@ from redis.cluster import RedisCluster
 from labs import launcher
 from labs.lab3.streams import CellStreams
 from labs.launcher.cluster import ClusterTopology
-from labs.launcher.cluster_state import replicas_of
 from labs.launcher.topology import Topology
 from solutions.cluster_router import ClusterRouter
 from solutions.settings import Address
@@ -41,6 +39,8 @@ SOCKET_TIMEOUT_S = 1.0
 @dataclass
 class ClusterDeployment:
     """The native cluster topology (``make up-cluster``), found through ``labs.launcher``."""
+
+    name: ClassVar[str] = "cluster"
 
     shards: int = SHARDS
     nodes: tuple[Address, ...] = ()
@@ -97,26 +97,11 @@ class ClusterDeployment:
         """
         topo = Topology.from_env("cluster")
         assert isinstance(topo, ClusterTopology)
-        view = topo.nodes()
-        old = next(n for n in view if n.is_master and n.owns(0))
-        new = replicas_of(view, old)[0]
         fault_t = time.time()
-        deadline = time.monotonic() + FAILOVER_TIMEOUT_S
-        if hard:
-            topo.server(old.port).kill(signal.SIGKILL)
-        else:
-            with contextlib.closing(topo.server(new.port).client()) as replica:
-                replica.execute_command("CLUSTER", "FAILOVER")  # type: ignore[no-untyped-call]
-        topo.wait_serving(new, old.slots[0][0], deadline)
-        promoted_t = time.time()
-        fault = {"kind": "kill -9" if hard else "CLUSTER FAILOVER", "old": ("127.0.0.1", old.port),
-                 "new": ("127.0.0.1", new.port), "slots": [list(r) for r in old.slots], "fault_t": fault_t,
-                 "promoted_t": promoted_t, "promoted_after_s": promoted_t - fault_t}
-        if hard:
-            topo.start(topo.server(old.port))
-        topo.wait_ready(FAILOVER_TIMEOUT_S)
-        fault["replica_back_after_s"] = time.time() - fault_t
-        return fault
+        done = topo.failover(hard=hard, timeout_s=FAILOVER_TIMEOUT_S, restart_old=True)
+        return {"kind": "kill -9" if hard else "CLUSTER FAILOVER", "old": done.old_master, "new": done.new_master,
+                "slots": [list(r) for r in done.slots], "fault_t": fault_t, "promoted_t": fault_t + done.elapsed_s,
+                "promoted_after_s": done.elapsed_s, "replica_back_after_s": done.ready_s}
 
     @contextlib.contextmanager
     def pause_writes(self, client: Any, ms: int) -> Iterator[None]:

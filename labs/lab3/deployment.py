@@ -16,7 +16,7 @@ import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import redis
 
@@ -30,6 +30,8 @@ FAILOVER_TIMEOUT_S = 30.0
 
 class Deployment(Protocol):
     """What the lab needs to know about the Redis it runs on."""
+
+    name: ClassVar[str]  # the topology's name: --topology, the report
 
     def ensure(self) -> None:
         """Start the topology, or wait until it is whole again (after a failover)."""
@@ -71,6 +73,8 @@ class Deployment(Protocol):
 @dataclass
 class SentinelDeployment:
     """The native Sentinel topology (``make up-sentinel``), found through ``labs.launcher``."""
+
+    name: ClassVar[str] = "sentinel"
 
     sentinels: tuple[tuple[str, int], ...] = ()
     master_name: str = "mymaster"

@@ -123,8 +123,10 @@ def _timing(r: CellRecord, res: CellResult, sent_after_fault: set[str]) -> None:
     res.downtime_s = longest_gap(times, start, r.produce_end)
     if r.shards:
         n = len(r.shards)
-        res.shard_downtime_s = [longest_gap([c.t for c in r.charges if shard_of(c.order_id, n) == i], start,
-                                            r.produce_end) for i in range(n)]
+        times_by_shard: list[list[float]] = [[] for _ in range(n)]
+        for c in r.charges:
+            times_by_shard[shard_of(c.order_id, n)].append(c.t)
+        res.shard_downtime_s = [longest_gap(t, start, r.produce_end) for t in times_by_shard]
         res.hit_shards = list(r.hit_shards)
     res.confirm_gap_s = longest_gap(sorted(s.t for s in r.sends if s.confirmed), start, r.produce_end)
     if r.settled_t is not None:
@@ -148,19 +150,11 @@ def entered_twice(r: CellRecord) -> set[str]:
     return {e for e, ids in charged.items() if len(ids | set(r.stream_entries.get(e, ()))) > 1}
 
 
-def charged_twice_from_one_entry(r: CellRecord) -> set[str]:
-    """Events charged twice from the same entry: that entry was delivered twice (its XACK was lost)."""
-    seen: set[tuple[str, str]] = set()
-    twice = set()
-    for c in r.charges:
-        if (c.event_id, c.msg_id) in seen:
-            twice.add(c.event_id)
-        seen.add((c.event_id, c.msg_id))
-    return twice
+def _deliveries(r: CellRecord, res: CellResult, charged_twice: set[str]) -> None:
+    """Failed attempts, redeliveries and duplicate deliveries, from Redis's samples and the ledger.
 
-
-def _deliveries(r: CellRecord, res: CellResult) -> None:
-    """Failed attempts, redeliveries and duplicate deliveries, from Redis's samples and the ledger."""
+    An event charged twice was delivered twice, from one entry (its XACK was lost) or from two;
+    one delivered from two entries and charged once was absorbed by the dedupe."""
     failed = failed_attempts(r.pels, r.stall_ms)
     again = delivered_again(r.pels)
     res.failed_attempts, res.redeliveries = len(failed), len(again)
@@ -168,8 +162,8 @@ def _deliveries(r: CellRecord, res: CellResult) -> None:
     event_of = {c.msg_id: c.event_id for c in r.charges}
     late = pending_after_charge(r.pels, first_charges((c.msg_id, c.t) for c in r.charges))
     held = set(r.crash.held_after_kill) if r.crash else set()
-    again = entered_twice(r) | charged_twice_from_one_entry(r)
-    res.duplicate_deliveries = len(again | {event_of[m] for m in late | held if m in event_of})
+    again_events = entered_twice(r) | charged_twice
+    res.duplicate_deliveries = len(again_events | {event_of[m] for m in late | held if m in event_of})
     if r.crash is not None:
         res.crash_held, res.crash_tries = len(r.crash.held_after_kill), r.crash.tries
 
@@ -196,7 +190,7 @@ def measure(mode: str, strategy: str, r: CellRecord, worker: str = "") -> CellRe
     res.pending_end, res.lag_end = r.pending_end, r.lag_end
     res.drain_complete = sum(1 for e in r.exits if e.get("drain_logged"))
     res.exits = r.exits
-    _deliveries(r, res)
+    _deliveries(r, res, set(dupes))
     if r.acked_not_done is not None:
         res.acked_not_done, res.acked_not_done_ids = len(r.acked_not_done), r.acked_not_done[:SHOWN]
     if r.fault_t is not None:

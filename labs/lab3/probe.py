@@ -44,11 +44,6 @@ def master_client(sentinels: Sequence[tuple[str, int]], master_name: str) -> red
     return client
 
 
-def _id_key(msg_id: str) -> tuple[int, int]:
-    ms, _, seq = msg_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def group_state(client: redis.Redis, stream: str, group: str) -> GroupState | None:
     """``XINFO GROUPS`` and ``XINFO STREAM`` in one pipeline; None when the group does not exist yet.
 
@@ -110,7 +105,3 @@ def pending_by_consumer(client: redis.Redis, stream: str, group: str) -> dict[st
         summary: dict[str, Any] = client.xpending(stream, group)
         return {str(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
     return {}
-
-
-def delivered_before(last_delivered_id: str, msg_id: str) -> bool:
-    return _id_key(msg_id) <= _id_key(last_delivered_id)

@@ -15,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from labs.lab3.deliveries import PelSample
+from solutions.ledger import read_rows
 
 DRAIN = re.compile(r"drain complete", re.IGNORECASE)
 
@@ -104,11 +104,6 @@ class CellRecord:
         """The event ids the stream holds at the end (on the master of the moment)."""
         return set(self.stream_entries)
 
-    @property
-    def stream_counts(self) -> dict[str, int]:
-        """``{event_id: how many entries of the final stream carry it}``."""
-        return {e: len(ids) for e, ids in self.stream_entries.items()}
-
 
 def read_sends(path: Path) -> list[Send]:
     """The producer's log; a torn last line (the producer was stopped mid-write) is skipped."""
@@ -134,17 +129,8 @@ def event_outcomes(sends: list[Send]) -> dict[str, str]:
 
 def read_charges(ledger: Path) -> list[ChargeRow]:
     """``SELECT event_id, msg_id, consumer, charged_at FROM charges`` (none if no ledger yet)."""
-    if not ledger.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(ledger, timeout=30)) as db:
-        try:
-            sql = "SELECT event_id, msg_id, consumer, charged_at, order_id FROM charges ORDER BY charged_at"
-            rows = db.execute(sql).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise
-    return [ChargeRow(str(e), str(m), str(c), float(t), str(o)) for e, m, c, t, o in rows]
+    sql = "SELECT event_id, msg_id, consumer, charged_at, order_id FROM charges ORDER BY charged_at"
+    return [ChargeRow(str(e), str(m), str(c), float(t), str(o)) for e, m, c, t, o in read_rows(ledger, sql)]
 
 
 def entries_by_event(entries: Iterable[tuple[str, dict[str, str]]]) -> dict[str, list[str]]:

@@ -27,7 +27,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from labs.lab3.contract import WORKER_VAR, WorkerSpec
-from labs.lab3.runner import LabRuns, copy_records, delete_keys, deployment, run_phases
+from labs.lab3.runner import DEPLOYMENTS, LabRuns, copy_records, delete_keys, deployment, run_phases
 from labs.lab3.scenario import LabError
 from labs.lab3.settings import FAILOVER_KINDS, MODES, PRESETS, STRATEGIES, Lab3Settings
 from labs.lab3.summary import build_report
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=1, help="run every cell N times; the table shows median [min..max]")
     p.add_argument("--failover", choices=FAILOVER_KINDS, default="hard",
                    help="kill -9 (hard), or SENTINEL FAILOVER / CLUSTER FAILOVER (graceful)")
-    p.add_argument("--topology", choices=("sentinel", "cluster"), default="sentinel",
+    p.add_argument("--topology", choices=tuple(DEPLOYMENTS), default="sentinel",
                    help="the native Sentinel topology, or the native Redis Cluster (each stream in three shards)")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated dedupe strategies")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")

@@ -101,7 +101,7 @@ def run_phases(s: Lab3Settings, specs: WorkerSpec | dict[str, WorkerSpec], notif
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
     base = home or default_run_dir() / "lab3" / run_id
     label = "; ".join(f"{k}: {v.label}" if k else v.label for k, v in specs.items())
-    runs = LabRuns(s, label, run_id, base, workers={k: v.label for k, v in specs.items()}, topology=topology_of(site))
+    runs = LabRuns(s, label, run_id, base, workers={k: v.label for k, v in specs.items()}, topology=site.name)
     started = time.monotonic()
     total = s.repeat * len(s.modes)
     for index, (repeat, mode) in enumerate(itertools.product(range(1, s.repeat + 1), s.modes)):
@@ -120,17 +120,14 @@ def run_phases(s: Lab3Settings, specs: WorkerSpec | dict[str, WorkerSpec], notif
     return runs
 
 
-def topology_of(site: Deployment) -> str:
-    return "cluster" if isinstance(site, ClusterDeployment) else "sentinel"
+DEPLOYMENTS: dict[str, type[Deployment]] = {d.name: d for d in (SentinelDeployment, ClusterDeployment)}
 
 
 def deployment(topology: str) -> Deployment:
     """The lab's site for a topology name: ``sentinel`` (the default) or ``cluster``."""
-    if topology == "cluster":
-        return ClusterDeployment()
-    if topology == "sentinel":
-        return SentinelDeployment()
-    raise ValueError(f"unknown topology {topology!r}: sentinel or cluster")
+    if topology not in DEPLOYMENTS:
+        raise ValueError(f"unknown topology {topology!r}: {' or '.join(DEPLOYMENTS)}")
+    return DEPLOYMENTS[topology]()
 
 
 def _overall(notify: Notify | None, index: int, total: int) -> Notify | None:

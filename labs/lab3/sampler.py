@@ -11,24 +11,25 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import redis
 
 from labs.lab3.cell import GROUP, Cell
 from labs.lab3.deliveries import PelSample
+from labs.lab3.deployment import Deployment
 from labs.lab3.record import Sample
 from labs.lab3.streams import CellStreams
 
 
 class Sampler:
-    """The groups of ``cells`` every ``interval_s``, each read through its :class:`CellStreams` (on a
-    client of the sampler's own: the streams' client is closed when the sampler stops)."""
+    """The groups of ``cells`` every ``interval_s``, each read through its :class:`CellStreams`, on a
+    client of the sampler's own from ``site`` (closed when the sampler stops)."""
 
-    def __init__(self, cells: Sequence[Cell], streams: Mapping[str, CellStreams], interval_s: float) -> None:
+    def __init__(self, cells: Sequence[Cell], site: Deployment, interval_s: float) -> None:
         self.cells = list(cells)
-        self.streams = dict(streams)
-        self.client = next(iter(self.streams.values())).client
+        self.client = site.client()
+        self.streams: dict[str, CellStreams] = {c.name: site.cell_streams(self.client, c.stream) for c in self.cells}
         self.interval_s = interval_s
         self.samples: dict[str, list[Sample]] = {c.name: [] for c in self.cells}
         self.pels: dict[str, list[PelSample]] = {c.name: [] for c in self.cells}

@@ -216,9 +216,7 @@ class Phase:
         try:
             self.start_workers()
             marks["workers ready"] = time.monotonic()
-            sampler_client = self.site.client()
-            streams = {c.name: self.site.cell_streams(sampler_client, c.stream) for c in self.cells}
-            with Sampler(self.cells, streams, self.s.sample_interval_s) as sampler:
+            with Sampler(self.cells, self.site, self.s.sample_interval_s) as sampler:
                 self.start_producers()
                 t0 = time.time()
                 produce_end = self.load(t0)

@@ -22,7 +22,7 @@ from typing import Any
 import redis
 
 from labs.lab3.deliveries import PelEntry
-from labs.lab3.probe import GroupState, delivered_before, entries, group_state, pel, pending_by_consumer, pending_ids
+from labs.lab3.probe import GroupState, entries, group_state, pel, pending_by_consumer, pending_ids
 from labs.lab3.record import ChargeRow
 from solutions.connection import is_busygroup
 from solutions.ledger import read_rows
@@ -98,9 +98,6 @@ class CellStreams:
             out += [replace(e, msg_id=self.qualify(index, e.msg_id)) for e in pel(self.client, name, group, consumer)]
         return tuple(out)
 
-    def pending_ids(self, group: str) -> list[str]:
-        return [self.qualify(i, m) for i, name in enumerate(self.names) for m in pending_ids(self.client, name, group)]
-
     def pending_by_consumer(self, group: str) -> dict[str, int]:
         total: dict[str, int] = {}
         for name in self.names:
@@ -130,7 +127,6 @@ class CellStreams:
             state = group_state(self.client, name, group)
             keys_pending = pending_ids(self.client, name, group)
             last = state.last_delivered_id if state else "0-0"
-            delivered += [(self.qualify(index, i), f.get("event_id", "")) for i, f in entries(self.client, name, last)
-                          if delivered_before(last, i)]
+            delivered += [(self.qualify(index, i), f.get("event_id", "")) for i, f in entries(self.client, name, last)]
             pending |= {self.qualify(index, m) for m in keys_pending}
         return delivered, pending

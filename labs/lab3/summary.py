@@ -123,10 +123,9 @@ def shard_table(runs: Sequence[Run]) -> Table | None:
     """On a cluster: each shard's downtime per cell, the shard(s) whose master the failover took marked."""
     rows = []
     for r in runs:
-        names = r.record.shards
-        for i, downtime in enumerate(r.result.shard_downtime_s):
+        for i, (name, downtime) in enumerate(zip(r.record.shards, r.result.shard_downtime_s, strict=True)):
             hit = "its master failed over" if i in r.result.hit_shards else ""
-            rows.append((r.variant, r.strategy, i, names[i].rsplit(":", 1)[-1] if i < len(names) else "", hit,
+            rows.append((r.variant, r.strategy, i, name.rsplit(":", 1)[-1], hit,
                          None if downtime is None else round(downtime, 2)))
     if not rows:
         return None
