@@ -18,6 +18,7 @@ from typing import Any
 
 from solutions.cli import HelpFormatter, Parser, address, env_addresses, redis_url
 from solutions.gc_tuning import tune_for_throughput
+from solutions.ledger import BUSY_TIMEOUT_MS
 from solutions.settings import DEDUPE_STRATEGIES, DEFAULT_REDIS_URL, Settings, default_consumer, env_default
 from solutions.shard_worker import ShardedWorker
 from solutions.shards import ShardCountError
@@ -125,7 +126,7 @@ def _delivery_flags(p: argparse.ArgumentParser) -> None:
     _flag(
         g,
         "ledger-busy-timeout-ms",
-        30_000,
+        BUSY_TIMEOUT_MS,
         "how long a charge waits for another process's lock on the ledger; longer, and the store "
         "counts as down (reading pauses, the store is probed until it answers)",
     )

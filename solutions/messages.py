@@ -69,9 +69,12 @@ class Delivery:
 
     def text(self, name: str) -> str | None:
         """A field decoded as UTF-8, or None when it is missing or undecodable."""
-        if not self.fields:
+        fields, key = self.fields, name.encode()
+        if not fields:
             return None
-        raw = field_map(self.fields).get(name.encode())
+        # The last pair of that name wins, as in field_map; a dangling name (odd length) is no pair.
+        last_name = len(fields) - 2 - len(fields) % 2
+        raw = next((fields[i + 1] for i in range(last_name, -1, -2) if fields[i] == key), None)
         if raw is None:
             return None
         try:

@@ -12,6 +12,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from solutions.ledger import BUSY_TIMEOUT_MS
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
 DEDUPE_STRATEGIES = ("none", "redis", "redis-2phase", "sqlite")
 ENV_PREFIX = "BILLING_"
@@ -58,7 +60,7 @@ class Settings:
     max_attempts: int = 5
     dedupe: str = "sqlite"
     ledger: Path = Path(".run/ledger.sqlite3")
-    ledger_busy_timeout_ms: int = 30_000
+    ledger_busy_timeout_ms: int = BUSY_TIMEOUT_MS
     handler_delay_ms: int = 50
     handler_jitter_ms: int = 0
     fail_every: int = 0

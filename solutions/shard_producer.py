@@ -76,8 +76,11 @@ class ShardProducer:
             self._queues[shard_of(event["order_id"], len(self.senders))].put_nowait(event)
             made += 1
             delay_s = started + made * interval_s - time.monotonic() if interval_s else 0.0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.0, delay_s))
+            if delay_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay_s)
+            else:
+                await asyncio.sleep(0)  # let the senders run
         for queue in self._queues:
             queue.put_nowait(None)
         await asyncio.gather(*sending)

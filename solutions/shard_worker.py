@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import Callable
 
 from redis.exceptions import RedisError
@@ -47,7 +46,7 @@ from solutions.connection import Backoff, Streak, describe
 from solutions.handler import BillingHandler, Handler
 from solutions.ledger import Ledger
 from solutions.lifecycle import Lifecycle
-from solutions.metrics import Snapshot
+from solutions.metrics import Snapshot, format_gauge
 from solutions.pool import Pool
 from solutions.reader import OWN_PENDING, Reader, ensure_group
 from solutions.settings import Settings
@@ -182,8 +181,8 @@ class ShardedWorker(Lifecycle):
         """What waits in every shard, for the log line of a store that is back."""
         await self._refresh_gauges()
         total = self.metrics.total()
-        lag = "?" if math.isnan(total.group_lag) else f"{total.group_lag:.0f}"  # one shard's unknown lag
-        return f"the shards have {total.pending:.0f} pending and {lag} not yet read"
+        # one shard's unknown lag makes the total unknown ("?")
+        return f"the shards have {format_gauge(total.pending)} pending and {format_gauge(total.group_lag)} not yet read"
 
     async def _refresh_gauges(self) -> None:
         """Every shard's gauges at once, each at most a metrics interval: a shard client would wait

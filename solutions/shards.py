@@ -155,7 +155,7 @@ async def ensure_shards(router: ClusterRouter, stream: str, n_shards: int | None
     if raw is None:
         if n_shards is None:
             raise ShardCountError(f"no shards registered for {stream!r} (in {key}); give the number of shards")
-        layout = [ranges for _, ranges in sorted(router.masters().items(), key=lambda item: item[1][0])]
+        layout = list(router.masters().values())  # in slot order
         tags = plan_tags(stream, n_shards, layout)
         if not await client.set(key, json.dumps({"tags": tags}), nx=True):
             raw = await client.get(key)

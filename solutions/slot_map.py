@@ -121,7 +121,9 @@ class SlotMap:
                 return False
             self._refreshed_at = time.monotonic()
             last: Exception | None = None
-            for addr in dict.fromkeys([*self.masters(), *self._startup]):
+            # the masters in slot order (as masters() has them, without building their ranges), then the start-up nodes
+            known = (a for a in self._owners if a is not None)
+            for addr in dict.fromkeys([*dict.fromkeys(known), *self._startup]):
                 try:
                     reply = await self.node(addr, probe=True).execute_command(  # type: ignore[no-untyped-call]
                         "CLUSTER", "SLOTS"

@@ -70,7 +70,6 @@ class StoreBreaker:
         self.up_since = 0.0
         self.waiting = 0  # messages whose charge failed in this outage (left pending)
         self.probes = 0
-        self.outages = 0
         self._up_event: asyncio.Event | None = None
         self._prober: asyncio.Task[None] | None = None
         metrics.set("store_up", 1)
@@ -93,7 +92,6 @@ class StoreBreaker:
         if self.down_since - self.up_since >= STABLE_S:  # a store that flaps probes less and less often
             self.backoff.reset()
         self.probes = 0
-        self.outages += 1
         self.metrics.inc("store_outages")
         self.metrics.set("store_up", 0)
         self._event().clear()
