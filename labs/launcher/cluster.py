@@ -31,6 +31,7 @@ from labs.launcher.cluster_state import (
     masters,
     nodes_view,
     owner,
+    parse_nodes,
     readiness_problem,
     replicas_of,
     status_rows,
@@ -265,9 +266,4 @@ def _saved_ports(proc: RedisProcess) -> set[int] | None:
     path = proc.data_dir / "nodes.conf"
     if not path.exists():
         return None
-    found = set()
-    for line in path.read_text(errors="replace").splitlines():
-        parts = line.split()
-        if len(parts) > 1 and "@" in parts[1]:
-            found.add(int(parts[1].split("@")[0].rsplit(":", 1)[1] or 0))
-    return found
+    return {node.port for node in parse_nodes(path.read_text(errors="replace"))}

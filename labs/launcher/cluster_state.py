@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -133,18 +134,24 @@ def readiness_problem(procs: Sequence[RedisProcess]) -> str:
             return f"master {master.port} has no replica"
     by_port = {proc.port: proc for proc in procs}
     for node in view:
-        if not node.is_master and (link := _link_status(by_port[node.port])) != "up":
+        if not node.is_master and (link := _link_status(_replication(by_port[node.port]))) != "up":
             return f"replica {node.port}: master link {link}"
     return ""
 
 
-def _link_status(proc: RedisProcess) -> str:
-    """``master_link_status`` of a replica, ``syncing`` while its first sync runs."""
+def _replication(proc: RedisProcess) -> dict[str, Any] | None:
+    """``INFO replication`` of a node; None when it does not answer."""
     with contextlib.closing(proc.client()) as client:
         try:
-            info = client.info("replication")
+            return client.info("replication")
         except redis.RedisError:
-            return "unknown (no answer)"
+            return None
+
+
+def _link_status(info: dict[str, Any] | None) -> str:
+    """``master_link_status`` of a replica, ``syncing`` while its first sync runs."""
+    if info is None:
+        return "unknown (no answer)"
     if int(info.get("master_sync_in_progress", 0)):
         return "syncing"
     return str(info.get("master_link_status", "?"))
@@ -163,7 +170,8 @@ def status_rows(procs: Sequence[RedisProcess]) -> tuple[NodeStatus, ...]:
     by_id = {n.node_id: n for n in view.values()}
     rows = []
     for proc in procs:
-        offset = _offset(proc)
+        info = _replication(proc)
+        offset = _offset(info)
         node = view.get(proc.port)
         if offset is None or node is None:
             detail = "" if offset is None else "not in a cluster yet"
@@ -174,7 +182,7 @@ def status_rows(procs: Sequence[RedisProcess]) -> tuple[NodeStatus, ...]:
             detail = f"slots {format_ranges(node.slots)}; replica(s) {', '.join(map(str, replicas)) or 'none'}"
         else:
             master = by_id.get(node.master_id or "")
-            detail = f"replica of {master.port if master else '?'}, link {_link_status(proc)}"
+            detail = f"replica of {master.port if master else '?'}, link {_link_status(info)}"
         if node.failing:
             detail += "; flagged failing"
         role = "master" if node.is_master else "replica"
@@ -182,11 +190,8 @@ def status_rows(procs: Sequence[RedisProcess]) -> tuple[NodeStatus, ...]:
     return tuple(rows)
 
 
-def _offset(proc: RedisProcess) -> int | None:
-    with contextlib.closing(proc.client()) as client:
-        try:
-            info = client.info("replication")
-        except redis.RedisError:
-            return None
+def _offset(info: dict[str, Any] | None) -> int | None:
+    if info is None:
+        return None
     key = "master_repl_offset" if info.get("role") == "master" else "slave_repl_offset"
     return int(info.get(key, 0))

@@ -28,6 +28,7 @@ ports; tests pass topologies on free ports instead).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -131,10 +132,15 @@ class Monitoring:
     def config_path(self) -> Path:
         return self.home / "prometheus.yml"
 
+    @functools.cached_property
+    def script(self) -> str:
+        """The exporters' collect script for ``streams`` (read from the repository once)."""
+        return collect_script(self.streams)
+
     @property
     def script_path(self) -> Path:
         """The collect script, named after its content: a changed script changes the exporters' flags."""
-        digest = hashlib.sha256(collect_script(self.streams).encode()).hexdigest()[:10]
+        digest = hashlib.sha256(self.script.encode()).hexdigest()[:10]
         return self.home / f"stream_metrics-{digest}.lua"
 
     @property
@@ -240,7 +246,7 @@ class Monitoring:
         write_lab_copy(self.home, self.scale)
         for old in self.home.glob("stream_metrics*.lua"):
             old.unlink()
-        self.script_path.write_text(collect_script(self.streams))
+        self.script_path.write_text(self.script)
         self.config_path.write_text(
             prometheus_config(
                 prometheus_port=self.prometheus_port, exporters=exporters,

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from labs.launcher.cluster import ClusterTopology
-from labs.launcher.cluster_state import ClusterNode, masters, nodes_view, owner
+from labs.launcher.cluster_state import ClusterNode, masters, owner
 from labs.launcher.errors import LauncherError
-from labs.launcher.process import POLL_S, command
+from labs.launcher.process import command
 
 MIGRATE_TIMEOUT_MS = 5000
 
@@ -72,13 +72,7 @@ def finish_migration(topology: ClusterTopology, move: Migration, timeout_s: floa
     others = [m.port for m in masters(topology.nodes()) if m.port not in (move.target.port, move.source.port)]
     for port in (move.target.port, move.source.port, *others):
         _setslot(topology, port, move.slot, "NODE", move.target.node_id)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        owners = [owner(nodes_view(p) or [], move.slot) for p in topology.servers if p.pid()]
-        if all(o is not None and o.node_id == move.target.node_id for o in owners):
-            return
-        time.sleep(POLL_S)
-    raise LauncherError(f"not every node names {move.target.port} as the master of slot {move.slot} in time")
+    topology.wait_serving(move.target, move.slot, time.monotonic() + timeout_s)
 
 
 def move_slot(topology: ClusterTopology, slot: int, to_port: int) -> Migration:
