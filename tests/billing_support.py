@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from labs.launcher.process import RedisProcess
 from solutions.handler import BillingHandler, Handler
 from solutions.ledger import Ledger, read_rows
 from solutions.messages import OrderEvent
@@ -125,6 +126,13 @@ def command_calls(client: redis.Redis, command: str) -> int:
     """``INFO commandstats`` calls of ``command`` on this server (the whole server): a counter to poll."""
     stats = client.info("commandstats").get(f"cmdstat_{command.lower()}")
     return int(stats["calls"]) if stats else 0
+
+
+def error_count(proc: RedisProcess, code: str) -> int:
+    """``INFO errorstats``: how many error replies with this code the node has sent."""
+    with contextlib.closing(proc.client()) as client:
+        stats = client.info("errorstats")
+    return int(stats.get(f"errorstat_{code}", {}).get("count", 0))
 
 
 def xreadgroup_calls(client: redis.Redis) -> int:

@@ -221,4 +221,4 @@ def monitored_stack() -> MonitoredStack:
     mon = Monitoring.from_env()
     mon.ensure()
     mon.wait_targets_up(30)
-    return MonitoredStack(mon, sentinel, aof, mon.home.parent)
+    return MonitoredStack(mon, sentinel, aof)

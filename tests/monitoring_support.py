@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from labs.launcher.monitoring import Monitoring
 from labs.launcher.topology import Topology
@@ -16,7 +15,6 @@ class MonitoredStack:
     mon: Monitoring
     sentinel: Topology
     aof: Topology
-    home: Path
 
     def node(self, topo: Topology) -> str:
         """The ``node`` label of the topology's first server (the aof node, or the first sentinel server)."""

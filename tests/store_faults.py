@@ -23,8 +23,9 @@ import os
 import resource
 import shutil
 import subprocess
-import time
 from pathlib import Path
+
+from billing_support import wait_until
 
 FILLER = "filler.bin"
 
@@ -100,11 +101,7 @@ class Disk:
     def go_read_only(self) -> None:
         """An ext4 error: the kernel aborts the journal and remounts the filesystem read-only."""
         (self.sysfs / "trigger_fs_error").write_text("store outage test\n")
-        deadline = time.monotonic() + 10
-        while not self._read_only():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.mountpoint} did not turn read-only")
-            time.sleep(0.01)
+        wait_until(self._read_only, 10, f"{self.mountpoint} to turn read-only", poll_s=0.01)
 
     def _read_only(self) -> bool:
         for line in Path("/proc/mounts").read_text().splitlines():

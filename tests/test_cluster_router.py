@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 import redis
+from billing_support import error_count, until, wait_until
 
+from labs.experiments.cluster_worker import startup_nodes
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import nodes_view, owner, replicas_of
 from labs.launcher.process import RedisProcess
@@ -25,22 +27,11 @@ from solutions.shards import plan_tags, shard_name, slot_of
 pytestmark = pytest.mark.timeout(60)
 
 
-def startup(cluster: ClusterTopology) -> list[tuple[str, int]]:
-    return [("127.0.0.1", port) for port in cluster.addresses().ports]
-
-
 def command_calls(proc: RedisProcess) -> dict[str, int]:
     """``INFO commandstats`` of one node: calls per command (``command|getkeys`` for subcommands)."""
     with contextlib.closing(proc.client()) as client:
         stats = client.info("commandstats")
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
-
-
-def error_count(proc: RedisProcess, code: str) -> int:
-    """``INFO errorstats``: how many error replies with this code the node has sent."""
-    with contextlib.closing(proc.client()) as client:
-        stats = client.info("errorstats")
-    return int(stats.get(f"errorstat_{code}", {}).get("count", 0))
 
 
 def live_masters(cluster: ClusterTopology) -> list[tuple[int, list[tuple[int, int]]]]:
@@ -61,7 +52,7 @@ def test_each_shards_commands_reach_only_its_own_master(cluster: ClusterTopology
     names = [shard_name("test:route", t) for t in plan_tags("test:route", 3, [r for _, r in layout])]
 
     async def scenario() -> None:
-        async with await ClusterRouter.connect(startup(cluster)) as router:
+        async with await ClusterRouter.connect(startup_nodes(cluster)) as router:
             assert router.masters() == {("127.0.0.1", port): ranges for port, ranges in layout}
             for name in names:
                 shard = router.client(name)
@@ -99,7 +90,7 @@ def test_a_stale_map_is_corrected_by_moved_for_commands_transactions_and_scripts
     name = "test:stale:{s}"
 
     async def scenario() -> list[Any]:
-        async with await ClusterRouter.connect(startup(cluster)) as router:
+        async with await ClusterRouter.connect(startup_nodes(cluster)) as router:
             shard = router.client(name)
             right = router.owner(name)
             wrong = next(addr for addr in router.masters() if addr != right)
@@ -131,13 +122,16 @@ def test_moved_after_cluster_failover_is_followed_by_a_blocked_read_and_a_pipeli
     options = RoutingOptions(socket_timeout_s=10.0)
 
     async def scenario() -> tuple[Any, tuple[str, int] | None, tuple[str, int] | None]:
-        async with await ClusterRouter.connect(startup(healthy_cluster), options) as router:
+        async with await ClusterRouter.connect(startup_nodes(healthy_cluster), options) as router:
             shard = router.client(name)
             await shard.delete(name)
             await shard.xgroup_create(name, "g", id="$", mkstream=True)
             before = router.owner(name)
             reader = asyncio.create_task(shard.xreadgroup("g", "c", {name: ">"}, count=1, block=8000))
-            await _until_blocked(healthy_cluster.server(before[1] if before else 0))
+            blocked_on = healthy_cluster.server(before[1] if before else 0)
+            with contextlib.closing(blocked_on.client()) as c:
+                await until(lambda: int(c.info("clients")["blocked_clients"]) >= 1, 5.0,
+                            f"a client blocked on {blocked_on.name}")
             await asyncio.to_thread(healthy_cluster.failover, master_port=before[1] if before else None)
             async with shard.pipeline(transaction=False) as pipe:
                 pipe.xadd(name, {"after": "failover"})
@@ -154,16 +148,6 @@ def test_moved_after_cluster_failover_is_followed_by_a_blocked_read_and_a_pipeli
     assert any("moved:" in r.getMessage() for r in caplog.records)
 
 
-async def _until_blocked(proc: RedisProcess, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    with contextlib.closing(proc.client()) as client:
-        while time.monotonic() < deadline:
-            if int(client.info("clients")["blocked_clients"]) >= 1:
-                return
-            await asyncio.sleep(0.02)
-    raise AssertionError(f"no client blocked on {proc.name}")
-
-
 @pytest.mark.failover
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["kill-9", "sigstop"])
@@ -175,7 +159,7 @@ def test_a_dead_or_hung_master_is_ridden_out_with_one_log_line_each_way(
     options = RoutingOptions(socket_timeout_s=1.0)
 
     async def scenario() -> tuple[list[float], float]:
-        async with await ClusterRouter.connect(startup(healthy_cluster), options) as router:
+        async with await ClusterRouter.connect(startup_nodes(healthy_cluster), options) as router:
             shard = router.client(name)
             owner = router.owner(name)
             assert owner is not None
@@ -189,13 +173,15 @@ def test_a_dead_or_hung_master_is_ridden_out_with_one_log_line_each_way(
                     await asyncio.sleep(0.01)
 
             task = asyncio.create_task(writer())
-            await asyncio.sleep(0.3)
+            await until(lambda: acked or task.done(), 10, "the writer's first ack")
             killed_at = time.monotonic()
             if fault == "kill-9":
                 await asyncio.to_thread(healthy_cluster.failover, hard=True, master_port=owner[1], restart_old=False)
             else:
                 await asyncio.to_thread(_hang_until_replaced, healthy_cluster, owner[1])
-            await asyncio.sleep(0.3)
+            promoted_at = time.monotonic()
+            await until(lambda: (acked and acked[-1] > promoted_at) or task.done(), 10,
+                        "a write acknowledged after the promotion")
             stop.set()
             await task  # no error ever reached the writer
             await shard.delete(name)
@@ -219,7 +205,7 @@ def test_watch_frees_a_read_blocked_on_a_hung_master(healthy_cluster: ClusterTop
     options = RoutingOptions(socket_timeout_s=12.0)
 
     async def scenario() -> float:
-        async with await ClusterRouter.connect(startup(healthy_cluster), options) as router:
+        async with await ClusterRouter.connect(startup_nodes(healthy_cluster), options) as router:
             shard = router.client(name)
             await shard.delete(name)
             await shard.xgroup_create(name, "g", id="$", mkstream=True)
@@ -227,7 +213,10 @@ def test_watch_frees_a_read_blocked_on_a_hung_master(healthy_cluster: ClusterTop
             assert owner is not None
             watch = asyncio.create_task(router.watch(interval_s=0.2))
             reader = asyncio.create_task(shard.xreadgroup("g", "c", {name: ">"}, count=1, block=10_000))
-            await _until_blocked(healthy_cluster.server(owner[1]))
+            blocked_on = healthy_cluster.server(owner[1])
+            with contextlib.closing(blocked_on.client()) as c:
+                await until(lambda: int(c.info("clients")["blocked_clients"]) >= 1, 5.0,
+                            f"a client blocked on {blocked_on.name}")
             stopped_at = time.monotonic()
             pid = healthy_cluster.server(owner[1]).pid()
             assert pid is not None
@@ -254,8 +243,8 @@ def _wait_promoted(cluster: ClusterTopology, port: int) -> None:
     master = next(n for n in view if n.port == port)
     replica = replicas_of(view, master)[0]
     promoted = cluster.server(replica.port)
-    _wait(lambda: (o := owner(nodes_view(promoted) or [], master.slots[0][0])) is not None
-          and o.node_id == replica.node_id, 30, f"{replica.port} to be promoted")
+    wait_until(lambda: (o := owner(nodes_view(promoted) or [], master.slots[0][0])) is not None
+               and o.node_id == replica.node_id, 30, f"{replica.port} to be promoted")
 
 
 def _hang_until_replaced(cluster: ClusterTopology, port: int) -> None:
@@ -284,10 +273,11 @@ def test_clusterdown_is_waited_out_with_backoff_not_a_hot_loop(
         admin.config_set("cluster-require-full-coverage", "yes")
         admin.execute_command("CLUSTER", "DELSLOTS", other_slot)  # type: ignore[no-untyped-call]
         try:
-            _wait(lambda: admin.cluster("INFO")["cluster_state"] == "fail", 5, "the node to say cluster_state:fail")
+            wait_until(lambda: admin.cluster("INFO")["cluster_state"] == "fail", 5,
+                       "the node to say cluster_state:fail")
 
             async def scenario() -> int:
-                async with await ClusterRouter.connect(startup(healthy_cluster)) as router:
+                async with await ClusterRouter.connect(startup_nodes(healthy_cluster)) as router:
                     task = asyncio.create_task(router.client(name).xadd(name, {"n": "1"}))
                     before = error_count(node, "CLUSTERDOWN")
                     await asyncio.sleep(window_s)
@@ -309,15 +299,6 @@ def test_clusterdown_is_waited_out_with_backoff_not_a_hot_loop(
     lines = [r.getMessage() for r in caplog.records if f"slot {slot_of(name)} " in r.getMessage()]
     assert sum("failed, retrying" in line for line in lines) == 1, lines
     assert sum("works again" in line for line in lines) == 1, lines
-
-
-def _wait(check: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_no_startup_node_answering_is_one_connection_error() -> None:
@@ -344,11 +325,12 @@ def test_a_pipeline_that_reads_errors_in_place_gets_clusterdown_back_when_the_ro
         admin.config_set("cluster-require-full-coverage", "yes")
         admin.execute_command("CLUSTER", "DELSLOTS", other_slot)  # type: ignore[no-untyped-call]
         try:
-            _wait(lambda: admin.cluster("INFO")["cluster_state"] == "fail", 5, "the node to say cluster_state:fail")
+            wait_until(lambda: admin.cluster("INFO")["cluster_state"] == "fail", 5,
+                       "the node to say cluster_state:fail")
 
             async def scenario() -> tuple[list[Any], float]:
                 options = RoutingOptions(retry_for_s=0.5)
-                async with await ClusterRouter.connect(startup(healthy_cluster), options) as router:
+                async with await ClusterRouter.connect(startup_nodes(healthy_cluster), options) as router:
                     started = time.monotonic()
                     async with router.client(name).pipeline(transaction=False) as pipe:
                         pipe.xadd(name, {"n": "1"})

@@ -12,11 +12,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import redis
+from billing_support import wait_until
 from monitoring_support import MonitoredStack
 
 from labs.experiments.worker_procs import WorkerProcess
@@ -35,15 +35,6 @@ pytestmark = [
     pytest.mark.timeout(120),
 ]
 PREFIX = "mon-test:"
-
-
-def _wait(condition, timeout_s: float = 20.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout_s:g} s")
-        time.sleep(0.3)
-    return value
 
 
 @pytest.fixture
@@ -92,7 +83,8 @@ def test_stream_metrics_and_the_collect_script_reach_prometheus(stack: Monitorin
             client.xadd(stream, {"n": i})
         client.xreadgroup("billing", "c1", {stream: ">"}, count=1)
     try:
-        assert _wait(lambda: _value(stack, f'stream_group:lag_entries{{stream="{stream}"}}') == 3, what="lag 3")
+        assert wait_until(lambda: _value(stack, f'stream_group:lag_entries{{stream="{stream}"}}') == 3, 20.0,
+                          "lag 3", poll_s=0.3)
         assert _value(stack, f'stream_group:pending_entries{{stream="{stream}"}}') == 1
         assert _value(stack, f'redis_stream_length{{stream="{stream}"}}') == 4
         assert (_value(stack, f'stream_group:oldest_pending_age_seconds{{stream="{stream}"}}') or -1) >= 0
@@ -111,15 +103,15 @@ def test_a_registered_worker_is_scraped_and_its_death_shows_as_down(stack: Monit
         def health() -> str:
             return next((t.health for t in stack.targets() if t.labels.get("worker") == "w1"), "")
 
-        _wait(lambda: health() == "up", 30, "worker target up")
+        wait_until(lambda: health() == "up", 30, "worker target up", poll_s=0.3)
         up = stack.api.query('up{job="billing-worker",worker="w1"}')[0]["metric"]
         assert (up["stream"], up["group"], up["consumer"]) == (f"{PREFIX}orders", "billing", "w1")
         worker.kill()
-        _wait(lambda: health() == "down", 20, "worker target down")
+        wait_until(lambda: health() == "down", 20, "worker target down", poll_s=0.3)
     finally:
         worker.kill()
         stack.unregister_worker("w1")
-    _wait(lambda: health() == "", 20, "worker target gone after unregister")
+    wait_until(lambda: health() == "", 20, "worker target gone after unregister", poll_s=0.3)
 
 
 def test_a_dead_exporter_is_one_line_and_ensure_restarts_it(stack: Monitoring) -> None:
@@ -128,7 +120,7 @@ def test_a_dead_exporter_is_one_line_and_ensure_restarts_it(stack: Monitoring) -
     pid = exporter.pid()
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    _wait(lambda: not pid_alive(pid), 10, "exporter gone")
+    wait_until(lambda: not pid_alive(pid), 10, "exporter gone", poll_s=0.3)
     problems = stack.problems()
     assert len(problems) == 1 and problems[0].startswith(f"{exporter.name} is not running;")
     assert "\n" not in problems[0]

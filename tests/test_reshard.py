@@ -8,7 +8,9 @@ import contextlib
 
 import pytest
 import redis
+from billing_support import command_calls
 
+from labs.experiments.cluster_worker import startup_nodes
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import masters, owner
 from labs.launcher.reshard import begin_migration, finish_migration, migrate_keys, move_slot
@@ -16,10 +18,6 @@ from solutions.cluster_router import ClusterRouter
 from solutions.shards import shard_name, slot_of
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _startup(cluster: ClusterTopology) -> list[tuple[str, int]]:
-    return [("127.0.0.1", port) for port in cluster.addresses().ports]
 
 
 def _other_master(cluster: ClusterTopology, key: str) -> tuple[int, int]:
@@ -30,17 +28,12 @@ def _other_master(cluster: ClusterTopology, key: str) -> tuple[int, int]:
     return serving.port, next(m.port for m in masters(view) if m.port != serving.port)
 
 
-def _calls(cluster: ClusterTopology, port: int, command: str) -> int:
-    with contextlib.closing(cluster.server(port).client()) as client:
-        return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
-
-
 def test_stream_moves_with_group_and_pel_and_the_router_follows_moved(cluster: ClusterTopology) -> None:
     name = shard_name("test:reshard", "m")
     source, target = _other_master(cluster, name)
 
     async def before_move() -> list[str]:
-        async with await ClusterRouter.connect(_startup(cluster)) as router:
+        async with await ClusterRouter.connect(startup_nodes(cluster)) as router:
             shard = router.client(name)
             await shard.delete(name)
             await shard.xgroup_create(name, "billing", id="0", mkstream=True)
@@ -79,7 +72,7 @@ def test_ask_during_a_migration_is_followed_without_changing_the_map(cluster: Cl
     source, target = _other_master(cluster, name)
 
     async def write(n: str) -> tuple[str, tuple[str, int] | None]:
-        async with await ClusterRouter.connect(_startup(cluster)) as router:
+        async with await ClusterRouter.connect(startup_nodes(cluster)) as router:
             msg_id = await router.client(name).xadd(name, {"n": n})
             return msg_id.decode(), router.owner(name)
 
@@ -87,10 +80,11 @@ def test_ask_during_a_migration_is_followed_without_changing_the_map(cluster: Cl
     move = begin_migration(cluster, slot_of(name), target)
     try:
         assert migrate_keys(cluster, move, keys=[name]) == 1
-        asking_before = _calls(cluster, target, "asking")
-        _, routed_to = asyncio.run(write("during"))
-        assert routed_to == ("127.0.0.1", source), "ASK is one-off: the slot still belongs to the source"
-        assert _calls(cluster, target, "asking") == asking_before + 1
+        with contextlib.closing(cluster.server(target).client()) as target_client:
+            asking_before = command_calls(target_client, "asking")
+            _, routed_to = asyncio.run(write("during"))
+            assert routed_to == ("127.0.0.1", source), "ASK is one-off: the slot still belongs to the source"
+            assert command_calls(target_client, "asking") == asking_before + 1
     finally:
         migrate_keys(cluster, move)
         finish_migration(cluster, move)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import redis
-from billing_support import ROOT, hold_ledger_lock, release_ledger_lock
+from billing_support import ROOT, error_count, hold_ledger_lock, release_ledger_lock, until
 
 from labs.experiments.cluster_load import fill, key_order_violations, read_charges
 from labs.experiments.cluster_worker import running, startup_nodes, worker_settings
@@ -29,12 +29,6 @@ from solutions.shard_metrics import total
 from solutions.shards import ShardSet, ensure_shards, slot_of
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def error_count(cluster: ClusterTopology, port: int, code: str) -> int:
-    with contextlib.closing(cluster.server(port).client()) as client:
-        stats = client.info("errorstats")
-    return int(stats.get(f"errorstat_{code}", {}).get("count", 0))
 
 
 def test_every_event_is_charged_once_in_key_order_and_metrics_carry_the_shard(
@@ -49,8 +43,8 @@ def test_every_event_is_charged_once_in_key_order_and_metrics_carry_the_shard(
             events = await fill(router, shards, 200)
             s = worker_settings(startup, "sw:basic", 3, ledger, metrics_port=port, metrics_interval_s=0.2)
             async with running(s) as worker:
-                while len(read_charges(ledger)) < events or worker.counts.stream_length < events:
-                    await asyncio.sleep(0.05)
+                await until(lambda: len(read_charges(ledger)) >= events and worker.counts.stream_length >= events,
+                            30, f"{events} charges and a stream length of {events}", poll_s=0.05)
                 body = await asyncio.to_thread(
                     lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
                 per_shard = worker.shard_counts()
@@ -95,23 +89,21 @@ def test_clusterdown_on_one_master_is_backoff_and_the_other_shards_keep_charging
                     admin.config_set("cluster-require-full-coverage", "yes")
                     admin.execute_command("CLUSTER", "DELSLOTS", spare)  # type: ignore[no-untyped-call]
                     try:
-                        while admin.cluster("INFO")["cluster_state"] != "fail":
-                            await asyncio.sleep(0.02)
-                        before = error_count(healthy_cluster, addr[1], "CLUSTERDOWN")
+                        await until(lambda: admin.cluster("INFO")["cluster_state"] == "fail", 5,
+                                    "the node to say cluster_state:fail", poll_s=0.05)
+                        before = error_count(down, "CLUSTERDOWN")
                         charged_before = len(read_charges(ledger))
                         await fill(router, ShardSet(shards.stream, shards.tags[1:]), 50, prefix="w")
                         await asyncio.sleep(window_s)
-                        attempts = error_count(healthy_cluster, addr[1], "CLUSTERDOWN") - before
+                        attempts = error_count(down, "CLUSTERDOWN") - before
                         charged_during = len(read_charges(ledger)) - charged_before
                     finally:
                         with contextlib.suppress(redis.ResponseError):
                             admin.execute_command("CLUSTER", "ADDSLOTS", spare)  # type: ignore[no-untyped-call]
                         admin.config_set("cluster-require-full-coverage", "no")
                 filled = await fill(router, shards, 10, prefix="after")
-                deadline = time.monotonic() + 15
-                while len(read_charges(ledger)) < charged_before + charged_during + filled:
-                    assert time.monotonic() < deadline, "the shard came back after CLUSTERDOWN"
-                    await asyncio.sleep(0.05)
+                await until(lambda: len(read_charges(ledger)) >= charged_before + charged_during + filled, 15,
+                            "the shard to come back after CLUSTERDOWN", poll_s=0.05)
             return attempts, charged_during, slot_of(names[0])
 
     with caplog.at_level(logging.INFO, logger="solutions"):
@@ -163,21 +155,19 @@ def test_a_locked_ledger_pauses_every_shard_and_nothing_is_dead_lettered(
                                 min_idle_ms=300, claim_interval_ms=100)
             async with running(s) as worker:
                 await fill(router, shards, 5, prefix="before")
-                while len(read_charges(ledger)) < 15:
-                    await asyncio.sleep(0.05)
+                await until(lambda: len(read_charges(ledger)) >= 15, 20,
+                            "the 15 events before the outage to be charged", poll_s=0.05)
                 holder = hold_ledger_lock(ledger)
                 try:
                     await fill(router, shards, 10, prefix="during")
-                    while worker.counts.store_up == 1.0:
-                        await asyncio.sleep(0.05)
+                    await until(lambda: worker.counts.store_up != 1.0, 20, "the worker to see the store down",
+                                poll_s=0.05)
                     await asyncio.sleep(1.5)  # longer than max_attempts x min_idle: attempts would dead-letter
                     store_up = worker.counts.store_up
                 finally:
                     release_ledger_lock(holder)
-                deadline = time.monotonic() + 20
-                while len(read_charges(ledger)) < 45:
-                    assert time.monotonic() < deadline, "charging resumed on every shard"
-                    await asyncio.sleep(0.05)
+                await until(lambda: len(read_charges(ledger)) >= 45, 20, "charging to resume on every shard",
+                            poll_s=0.05)
                 outages = worker.counts.store_outages
             dead = sum([int(await router.client(n).xlen(f"{n}:dlq")) for n in shards.names])
             return store_up, outages, dead

@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 import redis
 
+from labs.experiments.cluster_worker import startup_nodes
 from labs.launcher.cluster import ClusterTopology
 from solutions.cluster_router import ClusterRouter
 from solutions.settings import Settings
@@ -33,10 +34,6 @@ pytestmark = pytest.mark.timeout(60)
 
 # The slot layout redis-cli --cluster create gives three masters.
 EVEN_LAYOUT = [[(0, 5460)], [(5461, 10922)], [(10923, 16383)]]
-
-
-def _startup(cluster: ClusterTopology) -> list[tuple[str, int]]:
-    return [("127.0.0.1", port) for port in cluster.addresses().ports]
 
 
 def _owner_port(cluster: ClusterTopology, key: str) -> int:
@@ -107,7 +104,7 @@ def test_shard_set_is_chosen_once_and_kept(cluster: ClusterTopology) -> None:
     stream = "test:shards:orders"
 
     async def scenario() -> tuple[ShardSet, ShardSet, ShardSet, str]:
-        async with await ClusterRouter.connect(_startup(cluster)) as router:
+        async with await ClusterRouter.connect(startup_nodes(cluster)) as router:
             await router.client(registry_key(stream)).delete(registry_key(stream))
             first = await ensure_shards(router, stream, 3)
             again = await ensure_shards(router, stream, 3)
