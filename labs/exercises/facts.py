@@ -35,6 +35,12 @@ def named_stream(ns: Mapping[str, Any], suffix: str) -> tuple[redis.Redis, str]:
     return client, stream
 
 
+def id_set(value: Any, name: str) -> set[str]:
+    """The student's ``name``, a collection of message ids, as a set of strings."""
+    of_kind(value, list | tuple | set | frozenset, name, "списком ID записей")
+    return {str(v) for v in value}
+
+
 def of_kind(value: Any, kind: type | UnionType | tuple[type, ...], name: str, what: str) -> None:
     """``value`` (the student's ``name``) must be a ``kind``; ``what`` says in Russian what it should hold."""
     expect(isinstance(value, kind), f"`{name}` должна быть {what}.")

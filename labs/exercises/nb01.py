@@ -18,10 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from labs.exercises.exercise import Exercise, expect
-from labs.exercises.facts import number, of_kind, stream_exists
+from labs.exercises.facts import named_stream, number, of_kind
 from labs.experiments.eviction import EvictionResult
 
-SOFT_LIMIT_BYTES = 262_144
 SOFT_S = 1  # the soft limit's seconds in 01.1
 # Redis keeps the time a client went over its soft limit with a one-second resolution, so the
 # disconnection comes between SOFT_S and SOFT_S + 1 seconds later; the rest is slack for a busy machine.
@@ -112,7 +111,7 @@ def _verify_node_size(ns: Mapping[str, Any]) -> str:
         "рассчитывает на узлы по 100).",
     )
     for size in (DEFAULT_NODE, SMALL_NODE):
-        stream_exists(client, f"{prefix}ex:nodes:{size}", f'P + "ex:nodes:{size}"')
+        named_stream(ns, f"ex:nodes:{size}")
     length_100, nodes_100 = _nodes(client, f"{prefix}ex:nodes:100")
     length_10, nodes_10 = _nodes(client, f"{prefix}ex:nodes:10")
     expect(

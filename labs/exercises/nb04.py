@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from labs.exercises.exercise import Exercise, Miss, expect
-from labs.exercises.facts import number, of_kind, stream_exists
+from labs.exercises.facts import named_stream, number, of_kind
 from labs.lab1.impl import load_impl
 
 GROUP = "billing"
@@ -158,8 +158,7 @@ def _verify_impl(ns: Mapping[str, Any]) -> str:
 
 def _verify_ack_first(ns: Mapping[str, Any]) -> str:
     """04.2: an empty PEL although #5 failed; the loss shows only in the producer's log vs the work log."""
-    client, stream = ns["r"], ns["P"] + "ex:broken"
-    stream_exists(client, stream, 'P + "ex:broken"')
+    client, stream = named_stream(ns, "ex:broken")
     group = next(g for g in client.xinfo_groups(stream) if g["name"] == GROUP)
     expect(
         group["lag"] == 0, "Консьюмер прочитал не все пять событий: вызовите свою `consume_ack_first` с `count` ≥ 5."
@@ -171,7 +170,7 @@ def _verify_ack_first(ns: Mapping[str, Any]) -> str:
         "подтверждайте каждую запись сразу после чтения, до обработчика.",
     )
     expect(number(ns["broken_pel"], "broken_pel") == pending, "`broken_pel` не совпадает с `XPENDING` группы.")
-    sent = {int(fields["counter"]) for _, fields in client.xrange(stream)}
+    sent = {int(fields["counter"]) for _, fields in client.xrange(stream) or [] if fields}
     lost = ns["broken_lost"]
     of_kind(lost, set | frozenset | list | tuple, "broken_lost", "множеством счётчиков")
     expect(
@@ -188,8 +187,7 @@ def _verify_ack_first(ns: Mapping[str, Any]) -> str:
 
 def _verify_hurry(ns: Mapping[str, Any]) -> str:
     """04.3: the rescuer took entries from a live consumer that failed nothing: each was processed twice."""
-    client, stream = ns["r"], ns["P"] + "ex:hurry"
-    stream_exists(client, stream, 'P + "ex:hurry"')
+    client, stream = named_stream(ns, "ex:hurry")
     expect(ns["hurry_done"].wait(5), "billing-1 ещё не доработал пачку: запустите проверку через секунду.")
     journal = ns["hurry_journal"]
     of_kind(journal, list | tuple, "hurry_journal", "журналом, который вернул `rescue_once` (список строк)")

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from labs.exercises.exercise import Exercise, expect
-from labs.exercises.facts import number, of_kind, stream_exists
+from labs.exercises.facts import named_stream, number, of_kind
 
 GROUP = "billing"
 SOCKET_TIMEOUT_MS = 500  # 05.1
@@ -30,8 +30,7 @@ TTL_SLACK_MS = 60  # 05.3: a TTL this close to the replay delay may go either wa
 
 def _verify_edge(ns: Mapping[str, Any]) -> str:
     """05.1: BLOCK below the socket timeout reads "ok", above it the client reports a dead socket."""
-    client, stream = ns["r"], ns["P"] + "ex:edge"
-    stream_exists(client, stream, 'P + "ex:edge"')
+    named_stream(ns, "ex:edge")
     results = ns["edge_results"]
     of_kind(results, dict, "edge_results", "словарём {BLOCK в мс: исход}")
     expect(
@@ -61,11 +60,9 @@ def _verify_edge(ns: Mapping[str, Any]) -> str:
 
 def _verify_held(ns: Mapping[str, Any]) -> str:
     """05.2: a crash right after the batch holds nothing, one entry later it holds the next batch but one."""
-    client, prefix = ns["r"], ns["P"]
     pels = {}
     for after in (COUNT, COUNT + 1):
-        stream = f"{prefix}ex:held:{after}"
-        stream_exists(client, stream, f'P + "ex:held:{after}"')
+        client, stream = named_stream(ns, f"ex:held:{after}")
         pels[after] = int(client.xpending(stream, GROUP)["pending"])
         name = f"held_{after}"
         expect(
@@ -86,7 +83,6 @@ def _verify_held(ns: Mapping[str, Any]) -> str:
 
 def _verify_ttl(ns: Mapping[str, Any]) -> str:
     """05.3: a marker that outlives the replay catches it (1 effect); a shorter one lets it through (2)."""
-    client, prefix = ns["r"], ns["P"]
     effects = ns["effects_by_ttl"]
     of_kind(effects, dict, "effects_by_ttl", "словарём {TTL метки в мс: сколько раз случился эффект}")
     expect(
@@ -98,7 +94,7 @@ def _verify_ttl(ns: Mapping[str, Any]) -> str:
         "Нужны оба исхода: TTL, при котором повтор пойман (1 эффект), и TTL, при котором прошёл (2).",
     )
     for ttl_ms, count in effects.items():
-        stream_exists(client, f"{prefix}ex:ttl:{ttl_ms}", f'P + "ex:ttl:{ttl_ms}"')
+        named_stream(ns, f"ex:ttl:{ttl_ms}")
         if abs(ttl_ms - REPLAY_AFTER_MS) <= TTL_SLACK_MS:
             continue  # the marker expires about when the replay comes: either way is honest
         expected = 1 if ttl_ms > REPLAY_AFTER_MS else 2

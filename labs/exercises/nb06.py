@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from labs.exercises.exercise import Exercise, expect
-from labs.exercises.facts import number, of_kind, stream_exists
+from labs.exercises.facts import named_stream, number, of_kind
 from labs.experiments.claiming import ClaimRun
 from labs.experiments.pool_and_dlq import PoolRun
 from labs.experiments.rescuers import RaceRun
@@ -53,8 +53,7 @@ def _sweep(ns: Mapping[str, Any], name: str, prefix: str, must_have: Sequence[in
         f"В ряду `{name}` нет значений min idle из задания: {', '.join(map(str, must_have))} мс.",
     )
     for run in runs:
-        stream = f"{ns['P']}{prefix}sweep:{run.min_idle_ms}"
-        stream_exists(ns["r"], stream, f'P + "{prefix}sweep:{run.min_idle_ms}"')
+        named_stream(ns, f"{prefix}sweep:{run.min_idle_ms}")
         expect(run.entries == SWEEP_ENTRIES, f"В прогонах `{name}` должно быть по {SWEEP_ENTRIES} записей.")
     return list(runs)
 
@@ -119,8 +118,7 @@ def _race(ns: Mapping[str, Any], name: str, stream: str) -> RaceRun:
     run: RaceRun = ns[name]
     of_kind(run, RaceRun, name, "результатом `rescuers_race(...)`")
     expect(not run.lease, f"`{name}`: нужен прогон без аренды (`lease=False`).")
-    client, key = ns["r"], ns["P"] + stream
-    stream_exists(client, key, f'P + "{stream}"')
+    client, key = named_stream(ns, stream)
     expect(client.xlen(key) == run.entries, f'`{name}` шёл не на стриме `P + "{stream}"`.')
     expect(int(client.xpending(key, GROUP)["pending"]) == 0, f'В PEL стрима `P + "{stream}"` что-то осталось.')
     return run
@@ -153,8 +151,7 @@ def _pool(ns: Mapping[str, Any], name: str, count: int) -> PoolRun:
         (run.count, run.parallelism, run.entries, run.finished) == (count, 8, POOL_ENTRIES, True),
         f"`{name}`: нужен законченный прогон с `count={count}, parallelism=8, entries={POOL_ENTRIES}`.",
     )
-    client, key = ns["r"], f"{ns['P']}ex:count:{count}"
-    stream_exists(client, key, f'P + "ex:count:{count}"')
+    client, key = named_stream(ns, f"ex:count:{count}")
     expect(client.xlen(key) == POOL_ENTRIES, f'`{name}` шёл не на стриме `P + "ex:count:{count}"`.')
     return run
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from labs.exercises.exercise import Exercise, expect
-from labs.exercises.facts import named_stream, number, of_kind
+from labs.exercises.facts import id_set, named_stream, number, of_kind
 from labs.experiments.pool_and_dlq import POISON
-from labs.experiments.worker_procs import pending_ids
+from labs.experiments.worker_procs import charges, pending_ids
 
 GROUP = "billing"
 BROKEN_GOOD = 20  # 07.3
@@ -33,16 +33,11 @@ LAG_GROWTH = 30  # 07.4: the lag must grow by at least this much over the sample
 LAG_SLACK = 40  # 07.4: between the last sample and the stop the worker may still read a batch or two
 
 
-def _ids(value: Any, name: str) -> set[str]:
-    of_kind(value, list | tuple | set | frozenset, name, "списком ID записей")
-    return {str(v) for v in value}
-
-
 def _verify_drain_budget(ns: Mapping[str, Any]) -> str:
     """07.1: a short budget leaves the work in the PEL and names it; a long one finishes it."""
     client, short = named_stream(ns, "ex:drain:short")
     _, long_ = named_stream(ns, "ex:drain:long")
-    left_short, left_long = _ids(ns["left_short"], "left_short"), _ids(ns["left_long"], "left_long")
+    left_short, left_long = id_set(ns["left_short"], "left_short"), id_set(ns["left_long"], "left_long")
     in_pel = pending_ids(client, short)
     expect(
         bool(in_pel),
@@ -81,14 +76,10 @@ def _verify_killed(ns: Mapping[str, Any]) -> str:
     in_pel = pending_ids(client, stream)
     expect(bool(in_pel), "PEL стрима пуст: воркер должен держать записи в руках в момент SIGTERM.")
     expect(
-        _ids(ns["killed_pending"], "killed_pending") == in_pel,
+        id_set(ns["killed_pending"], "killed_pending") == in_pel,
         "`killed_pending` не совпадает с PEL стрима `ex:killed` после убийства.",
     )
-    with closing(sqlite3.connect(run_dir / "ex-killed.sqlite3")) as db:
-        try:
-            charged = int(db.execute("SELECT COUNT(*) FROM charges").fetchone()[0])
-        except sqlite3.OperationalError:
-            charged = 0
+    charged = len(charges(run_dir / "ex-killed.sqlite3"))  # none yet: no file, or no table
     return (
         f"В логе нет `drain complete`, списаний {charged}, а {len(in_pel)} зап. по-прежнему в PEL: Redis работу не "
         "потерял, потерялся только итог в логе. Их подберёт спасатель; поэтому drain короче окна оркестратора."

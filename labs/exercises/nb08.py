@@ -26,7 +26,8 @@ from typing import Any
 import redis
 
 from labs.exercises.exercise import Exercise, Miss, expect
-from labs.exercises.facts import number, of_kind, stream_exists
+from labs.exercises.facts import id_set, named_stream, number
+from labs.experiments.worker_procs import delivered_ids, pending_ids
 
 GROUP = "billing"
 EVENTS = ("e-1", "e-2", "e-3")
@@ -95,15 +96,9 @@ def _verify_ledger(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _id_set(ns: Mapping[str, Any], name: str) -> set[str]:
-    value = ns[name]
-    of_kind(value, list | tuple | set | frozenset, name, "списком ID записей")
-    return {str(v) for v in value}
-
-
 def _verify_wait(ns: Mapping[str, Any]) -> str:
     """08.2: WAIT 1 = 1 is never lost; everything the failover lost was marked unknown."""
-    confirmed, unknown, missing = (_id_set(ns, n) for n in ("confirmed_ids", "unknown_ids", "missing_ids"))
+    confirmed, unknown, missing = (id_set(ns[n], n) for n in ("confirmed_ids", "unknown_ids", "missing_ids"))
     expect(not confirmed & unknown, "Одна запись не может быть и подтверждённой, и с неизвестным исходом.")
     expect(
         confirmed,
@@ -135,17 +130,13 @@ def _verify_wait(ns: Mapping[str, Any]) -> str:
 
 def _verify_ack_first(ns: Mapping[str, Any]) -> str:
     """08.3: an empty PEL, and the ledger vs what left the PEL names what was acked and never done."""
-    client, stream = ns["r"], ns["P"] + "ex:ackfirst"
-    stream_exists(client, stream, 'P + "ex:ackfirst"')
+    client, stream = named_stream(ns, "ex:ackfirst")
     pending = int(client.xpending(stream, GROUP)["pending"])
     expect(number(ns["pel_now"], "pel_now") == pending, "`pel_now` не совпадает с `XPENDING` группы `billing`.")
-    last = next(g for g in client.xinfo_groups(stream) if g["name"] == GROUP)["last-delivered-id"]
-    delivered = {str(msg_id) for msg_id, _ in client.xrange(stream, "-", last)}
     charged = {str(v) for v in client.hvals(stream + ":ledger")}
-    truth = delivered - {str(row["message_id"]) for row in client.xpending_range(stream, GROUP, "-", "+", 1000)}
-    truth -= charged
+    truth = delivered_ids(client, stream, GROUP) - pending_ids(client, stream, GROUP) - charged
     expect(
-        _id_set(ns, "acked_not_done") == truth,
+        id_set(ns["acked_not_done"], "acked_not_done") == truth,
         "`acked_not_done` не то. Покинули PEL — выданные группе (до `last-delivered-id` из `XINFO GROUPS`) и не "
         "висящие в `XPENDING`; из них вычтите те, что есть в леджере (значения хэша — ID сообщений).",
     )

@@ -57,7 +57,7 @@ def wait_fired(
     """
     seen: dict[str, tuple[Alert, float]] = {}
     deadline = time.monotonic() + timeout_s
-    while len(seen) < len(expected):
+    while True:
         now = time.time()
         for alert in api.firing():
             if alert.name in expected and alert.name not in seen and _matches(alert, expected[alert.name]):
@@ -88,7 +88,6 @@ class QuietWindow:
     exactly what ``for:`` is there to absorb; it is kept to show how close it came.
     """
 
-    watched_s: float
     loud: list[Alert]
     pending: list[Alert]
     info: list[Alert]
@@ -110,7 +109,7 @@ def watch_quiet(
             kind = "info" if alert.severity == "info" else "loud" if alert.state == "firing" else "pending"
             seen[kind][(alert.name, repr(sorted(alert.labels.items())))] = alert
         time.sleep(POLL_S)
-    return QuietWindow(time.monotonic() - started, *(list(seen[k].values()) for k in ("loud", "pending", "info")))
+    return QuietWindow(*(list(seen[k].values()) for k in ("loud", "pending", "info")))
 
 
 # -- memory -----------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ class CountingRuns(BillingHandler):
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream=stream, delay_ms=0)
-        self.runs = self.events = self.per_message = 0
+        self.runs = self.events = 0
 
     async def process_run(self, events: Sequence[OrderEvent], slot: Slot | None) -> Failures:
         self.runs += 1
