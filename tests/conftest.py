@@ -74,7 +74,18 @@ def _docker_redis() -> tuple[str | None, str]:
     return f"redis://{host}:{port}/0", f"testcontainers {REDIS_IMAGE}"
 
 
+def _xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that hands tests to pytest-xdist workers (it runs none itself)."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", 0))
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if _xdist_controller(session.config):
+        # Each worker starts a Redis of its own: tests change server-wide settings (output buffer
+        # limits, maxmemory, policies) and must not see another worker's. A REDIS_URL the user gave
+        # is inherited by the workers and shared, as without xdist.
+        _Session.source = "one per xdist worker"
+        return
     _Session.run_dir = Path(tempfile.mkdtemp(prefix="redis-workbook-tests-"))
     os.environ["LAB_RUN_DIR"] = str(_Session.run_dir)
     _free_ports_into_env()
@@ -109,6 +120,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header() -> str:
+    if _Session.source == "one per xdist worker":
+        return "redis: " + (f"{os.environ['REDIS_URL']} (REDIS_URL)" if "REDIS_URL" in os.environ else
+                            "each xdist worker starts a redis-server of its own on free ports")
     if _Session.url:
         return f"redis: {_Session.url} ({_Session.source}); lab files under {_Session.run_dir}"
     return f"redis: none, tests that need it are skipped: {_Session.skip_reason}"
