@@ -17,13 +17,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from labs.launcher.process import Launch, launch, live_pid, log_tail, signal_and_wait
+from labs.launcher.process import STOP_TIMEOUT_S, Launch, launch, live_pid, log_tail, signal_and_wait
 from labs.launcher.prom_binaries import EXPORTERS
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 15.0
-STOP_TIMEOUT_S = 10.0
 
 
 def http_ok(url: str, timeout_s: float = 1.0) -> bool:
