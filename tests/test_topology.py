@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
+from billing_support import wait_until
 
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import pid_alive
+from labs.launcher.sentinel import pairs
 from labs.launcher.topology import Topology
 
 pytestmark = pytest.mark.timeout(90)
@@ -106,6 +113,38 @@ def test_hard_failover_brings_the_old_master_back_as_replica(
     roles = {n.port: n.role for n in topo.status().nodes}
     assert roles[result.new_master[1]] == "master"
     assert roles[result.old_master[1]] == "slave"
+
+
+@pytest.mark.failover
+def test_a_graceful_failover_right_after_the_replica_was_cut_off_still_happens(sentinel_topology: Topology) -> None:
+    # Frozen longer than down-after and cut from its master, the replica is s_down for the
+    # sentinels and their INFO of it (refreshed every 10 s) is stale after it resumes: SENTINEL
+    # FAILOVER then answers NOGOODSLAVE, or starts and aborts (-failover-abort-no-good-slave),
+    # and Sentinel does not try again by itself. ask_failover asks until a master is switched.
+    old = sentinel_topology.master_addr()
+    replica = next(p for p in sentinel_topology.servers if p.port != old[1])
+    pid = replica.pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with contextlib.closing(sentinel_topology.server(old[1]).client()) as master:
+            master.client_kill_filter(_type="replica")
+        wait_until(lambda: "s_down" in _replica_flags(sentinel_topology), 10, "a sentinel to flag the replica s_down")
+        with (
+            contextlib.closing(sentinel_topology.sentinels[0].client()) as first,
+            pytest.raises(redis.ResponseError, match="NOGOODSLAVE"),  # the state the retries are for
+        ):
+            first.execute_command("SENTINEL", "FAILOVER", "mymaster")  # type: ignore[no-untyped-call]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    result = sentinel_topology.failover(hard=False, restart_old=False, timeout_s=40)
+    assert result.old_master == old and result.new_master == ("127.0.0.1", replica.port)
+
+
+def _replica_flags(topo: Topology) -> str:
+    with contextlib.closing(topo.sentinels[0].client()) as client:
+        replicas: Any = client.execute_command("SENTINEL", "REPLICAS", "mymaster")  # type: ignore[no-untyped-call]
+    return " ".join(str(pairs(r).get("flags", "")) for r in replicas)
 
 
 def test_sentinel_needs_a_replica_and_three_sentinels(tmp_path: Path) -> None:

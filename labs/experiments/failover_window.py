@@ -170,7 +170,7 @@ async def graceful_window(
     try:
         await _poll(lambda: _started(watch, writers, len(sentinels)), 10, "the writers and the watch to start")
         started = time.monotonic()
-        await asyncio.to_thread(ask_failover, topology.sentinels, started + 10)
+        await asyncio.to_thread(ask_failover, topology.sentinels, started + timeout_s)
         demoted = await _poll(lambda: _role_is(old_probe, "slave"), timeout_s, "Sentinel to demote the old master")
         counts = [len(w.acks) for w in writers]
         await _poll(lambda: _wrote_since(writers, counts), 10, "both clients to write after the demotion")

@@ -73,18 +73,52 @@ def sentinel_problem(proc: RedisProcess, n_sentinels: int, n_replicas: int) -> s
 
 
 def ask_failover(sentinels: Sequence[RedisProcess], deadline: float) -> None:
-    """``SENTINEL FAILOVER`` on the first sentinel that accepts it, retried until ``deadline``."""
+    """``SENTINEL FAILOVER`` on the first sentinel that accepts it; returns once that sentinel
+    names a new master. An aborted failover is asked for again, until ``deadline``.
+
+    A forced failover aborts (``-failover-abort-no-good-slave``) when the sentinel's last
+    ``INFO`` of the replica, refreshed only every 10 s, still shows the replica's link to the
+    master down: shortly after the replica was stopped, cut off or resynced. Sentinel does not
+    try again by itself, so without asking again the master would simply stay where it was.
+    """
     last = ""
     while time.monotonic() < deadline:
         for proc in sentinels:
+            before = _master_info(proc)
+            if before is None:
+                last = f"{proc.name} does not answer"
+                continue
             with contextlib.closing(proc.client()) as client:
                 try:
                     command(client, "SENTINEL", "FAILOVER", MASTER_NAME)
-                    return
                 except redis.RedisError as exc:
                     last = f"{proc.name}: {exc}"
+                    continue
+            if _failover_switched(proc, (before.get("ip"), before.get("port")), deadline):
+                return
+            last = f"{proc.name}: the failover was aborted (no replica it judged good); asked again"
+            break
         time.sleep(0.2)
-    raise LauncherError(f"no sentinel accepted SENTINEL FAILOVER: {last}")
+    raise LauncherError(f"no sentinel completed SENTINEL FAILOVER in time: {last}")
+
+
+def _master_info(proc: RedisProcess) -> dict[str, str] | None:
+    """``SENTINEL MASTER`` on ``proc`` (None when it does not answer)."""
+    with contextlib.closing(proc.client()) as client:
+        try:
+            return pairs(command(client, "SENTINEL", "MASTER", MASTER_NAME))
+        except redis.RedisError:
+            return None
+
+
+def _failover_switched(proc: RedisProcess, old: tuple[str | None, str | None], deadline: float) -> bool:
+    """Wait for the failover ``proc`` runs to end: True if it switched to a new master, False if aborted."""
+    while time.monotonic() < deadline:
+        info = _master_info(proc)
+        if info is not None and "failover_in_progress" not in info.get("flags", ""):
+            return (info.get("ip"), info.get("port")) != old
+        time.sleep(POLL_S)
+    return False
 
 
 def switched(proc: RedisProcess, new: Address) -> bool:
