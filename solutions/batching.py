@@ -29,13 +29,17 @@ class Coalescer(Generic[T, R]):
     """Batch ``submit(items)`` calls into calls of ``flush(all_items) -> results`` (same order, same length).
 
     At most one flush runs at a time. If a flush raises, every caller of that batch gets the
-    exception, so each can treat it like a failed call of its own.
+    exception, so each can treat it like a failed call of its own. An item counts as
+    ``size(item)`` towards ``max_batch`` and :attr:`pending` (1 each by default; a batch of
+    charges counts its charges).
     """
 
-    def __init__(self, name: str, flush: Flush[T, R], *, max_batch: int = 512) -> None:
+    def __init__(self, name: str, flush: Flush[T, R], *, max_batch: int = 512,
+                 size: Callable[[T], int] | None = None) -> None:
         self.name = name
         self._flush = flush
         self._max_batch = max_batch
+        self._size = size
         self._queue: list[tuple[list[T], asyncio.Future[list[R]]]] = []
         self._runner: asyncio.Task[None] | None = None
         self._flushing = 0
@@ -44,7 +48,10 @@ class Coalescer(Generic[T, R]):
     @property
     def pending(self) -> int:
         """How many items are queued or in the flush running now."""
-        return self._flushing + sum(len(items) for items, _ in self._queue)
+        return self._flushing + sum(self._weight(items) for items, _ in self._queue)
+
+    def _weight(self, items: list[T]) -> int:
+        return len(items) if self._size is None else sum(map(self._size, items))
 
     @property
     def idle(self) -> bool:
@@ -74,7 +81,7 @@ class Coalescer(Generic[T, R]):
         """The next batch: whole calls from the queue, up to ``max_batch`` items (at least one call)."""
         size = 0
         for n, (items, _) in enumerate(self._queue):
-            size += len(items)
+            size += self._weight(items)
             if size >= self._max_batch:
                 batch, self._queue = self._queue[: n + 1], self._queue[n + 1 :]
                 return batch
@@ -87,7 +94,7 @@ class Coalescer(Generic[T, R]):
         while self._queue:
             batch = self._take()
             items = batch[0][0] if len(batch) == 1 else [item for call_items, _ in batch for item in call_items]
-            self._flushing = len(items)
+            self._flushing = self._weight(items)
             try:
                 results = list(await self._flush(items))
                 if len(results) != len(items):

@@ -17,7 +17,9 @@ message costs a coroutine, about as much as the rest of a message's way through 
 without its parse and its charge. :meth:`BillingHandler.process_run` makes that call only
 when there is work to await or a failure to simulate; otherwise a run is one call that does
 nothing. :func:`process_each` is the message-by-message version, for handlers that have
-nothing better to do with a run.
+nothing better to do with a run. The charges go the same way: :meth:`Handler.charges` makes a
+run's ledger rows as one flat list (:class:`~solutions.ledger.Charges`), and
+:func:`charge_each` makes them from :meth:`Handler.charge`, an object per event.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Protocol
 
-from solutions.ledger import Charge
+from solutions.ledger import Charge, Charges
 from solutions.messages import Delivery, OrderEvent, TransientError, parse_order
 
 
@@ -58,6 +60,11 @@ class Handler(Protocol):
         """The ledger row for a processed event."""
         ...
 
+    def charges(self, events: Sequence[OrderEvent], consumer: str) -> Charges:
+        """The ledger rows for a run of processed events, in order. :func:`charge_each` makes
+        them with :meth:`charge`, an object per event; the pipeline calls this one."""
+        ...
+
 
 Slot = AbstractAsyncContextManager[object]  # what a handler holds while it works: a semaphore of --parallelism
 Failures = list[tuple[int, Exception]]
@@ -76,6 +83,15 @@ async def process_each(handler: Handler, events: Sequence[OrderEvent], slot: Slo
         except Exception as exc:
             failures.append((index, exc))
     return failures
+
+
+def charge_each(handler: Handler, events: Sequence[OrderEvent], consumer: str) -> Charges:
+    """:meth:`Handler.charges` made of :meth:`Handler.charge`: one :class:`Charge` per event."""
+    charges = Charges(consumer)
+    for event in events:
+        charge = handler.charge(event, consumer)
+        charges.add(charge.event_id, charge.order_id, charge.amount, charge.msg_id)
+    return charges
 
 
 class BillingHandler:
@@ -123,3 +139,10 @@ class BillingHandler:
         """The ledger row for this event."""
         # Positional: a slotted dataclass built with keywords costs about twice as much, per message.
         return Charge(event.dedupe_key, event.order_id, str(event.amount), event.msg_id, consumer)
+
+    def charges(self, events: Sequence[OrderEvent], consumer: str) -> Charges:
+        """The ledger rows for a run: :meth:`charge`'s values, added to one flat list."""
+        rows: list[str] = []
+        for event in events:
+            rows += (event.dedupe_key, event.order_id, str(event.amount), event.msg_id)
+        return Charges(consumer, rows)

@@ -61,7 +61,7 @@ from solutions.batching import Coalescer
 from solutions.connection import REDIS_ERRORS, Streak, describe, not_the_message
 from solutions.handler import Handler
 from solutions.idempotency import Strategy, Verdict
-from solutions.ledger import Charge
+from solutions.ledger import Charges
 from solutions.messages import Delivery, OrderEvent, PermanentError
 from solutions.metrics import Metrics
 from solutions.pool import Pool, Turn
@@ -99,7 +99,7 @@ class Pipeline:
         self._unacked = Streak(log, "XACK of charged messages", action="left pending for the strategy to judge")
         self._kept = Streak(log, "giving deliveries back (XCLAIM RETRYCOUNT)", action="they count as attempts")
         self._begins = Coalescer("begin", strategy.begin)
-        self._records = Coalescer("record", self._record_flush)
+        self._records = Coalescer("record", self._record_flush, size=len)
         self._acknowledged: Coalescer[OrderEvent, None] = Coalescer("acknowledge", self._acknowledge_flush)
         self._duplicates: Coalescer[str, None] = Coalescer("xack", self._ack_flush)
 
@@ -201,10 +201,9 @@ class Pipeline:
         events and, for each, whether it was applied (False: skipped as already applied)."""
         if not done:
             return [], []
-        charge, consumer = self.handler.charge, self.rules.consumer
         events = [event for _, event in done]
         try:
-            applied = await self._records.submit([charge(event, consumer) for event in events])
+            (applied,) = await self._records.submit([self.handler.charges(events, self.rules.consumer)])
         except LedgerUnavailable as exc:  # the store's fault: a pause, not an attempt
             self.breaker.failed(exc, len(done))
             await self._undo(events)
@@ -300,9 +299,17 @@ class Pipeline:
 
     # -- batching ---------------------------------------------------------------------------
 
-    async def _record_flush(self, charges: list[Charge]) -> list[bool]:
+    async def _record_flush(self, batches: list[Charges]) -> list[list[bool]]:
         self.breaker.refuse()  # while the store is down, a charge on its way fails at once
-        return await self.strategy.record(charges)
+        applied = await self.strategy.record(batches)
+        if len(batches) == 1:
+            return [applied]
+        each: list[list[bool]] = []
+        start = 0
+        for batch in batches:  # each run's verdicts, back from the one transaction
+            each.append(applied[start : start + len(batch)])
+            start += len(batch)
+        return each
 
     async def _acknowledge_flush(self, events: list[OrderEvent]) -> list[None]:
         await self.strategy.acknowledge(events)

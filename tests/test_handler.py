@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from billing_support import CountingHandler
 
-from solutions.handler import BillingHandler, process_each
+from solutions.handler import BillingHandler, charge_each, process_each
 from solutions.messages import OrderEvent, TransientError
 
 pytestmark = pytest.mark.timeout(10)
@@ -42,3 +42,13 @@ def test_a_handler_with_its_own_process_is_called_per_message_each_holding_a_slo
     asyncio.run(four_runs())
     assert (handler.calls, handler.peak) == (20, 2)
     assert asyncio.run(process_each(handler, events(3), None)) == [] and handler.calls == 23
+
+
+def test_a_runs_charges_are_the_rows_charge_makes_one_by_one() -> None:
+    """The pipeline's flat batch (``charges``) holds what ``charge`` says for each event, in order."""
+    handler = BillingHandler(stream="orders", delay_ms=0)
+    run = [*events(3), OrderEvent("1-9", "o-2", Decimal("12.50"), None, "order.paid", "orders:1-9")]
+    fast, each = handler.charges(run, "w-1"), charge_each(handler, run, "w-1")
+    assert fast == each and len(fast) == 4
+    assert list(fast) == [handler.charge(event, "w-1") for event in run]
+    assert fast.rows[-4:] == ["orders:1-9", "o-2", "12.50", "1-9"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from solutions.ledger import Charge, Ledger
+from solutions.ledger import Charge, Charges, Ledger
 from solutions.sqlite_errors import Fault, LedgerUnavailable
 
 
@@ -50,6 +50,28 @@ def test_a_batch_with_an_event_applied_before_is_decided_event_by_event(tmp_path
         db.close()
         assert claims == [("e-0", "1-0", "b"), ("e-1", "0-1", "a"), ("e-2", "1-2", "c")]
         assert rows == [("e-1", "1.00", "0-1", "a"), ("e-0", "2.00", "1-0", "b"), ("e-2", "3.00", "1-2", "c")]
+    finally:
+        ledger.close()
+
+
+def test_batches_of_several_runs_are_one_transaction_with_verdicts_in_order(tmp_path: Path) -> None:
+    """``write_batches``: the runs' flat batches (each its consumer) in one transaction; the
+    verdicts come back in the order of the charges, a repeat in a later batch and an event
+    applied before both skipped; the claim binds the same flat rows as the insert."""
+    ledger = Ledger(tmp_path / "l.sqlite3").open()
+    try:
+        assert ledger.write_batches([Charges("a", ["e-1", "o-1", "1.00", "0-1"])], once=True) == [True]
+        first = Charges("b", ["e-0", "o-1", "2.00", "1-0", "e-1", "o-1", "1.00", "1-1"])
+        second = Charges("c", ["e-2", "o-2", "3.00", "1-2", "e-0", "o-1", "2.00", "1-3"])
+        assert ledger.write_batches([first, second], once=True) == [True, False, True, False]
+        assert ledger.write_batches([Charges("d", [])], once=True) == []
+        with sqlite3.connect(ledger.path) as db:
+            claims = db.execute("SELECT event_id, msg_id, consumer FROM applied_events ORDER BY event_id").fetchall()
+            rows = db.execute("SELECT event_id, order_id, amount, msg_id, consumer FROM charges ORDER BY id").fetchall()
+        db.close()
+        assert claims == [("e-0", "1-0", "b"), ("e-1", "0-1", "a"), ("e-2", "1-2", "c")]
+        assert rows == [("e-1", "o-1", "1.00", "0-1", "a"), ("e-0", "o-1", "2.00", "1-0", "b"),
+                        ("e-2", "o-2", "3.00", "1-2", "c")]
     finally:
         ledger.close()
 
