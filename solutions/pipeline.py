@@ -302,6 +302,7 @@ class Pipeline:
     async def _record_flush(self, batches: list[Charges]) -> list[list[bool]]:
         self.breaker.refuse()  # while the store is down, a charge on its way fails at once
         applied = await self.strategy.record(batches)
+        self.breaker.committed()
         if len(batches) == 1:
             return [applied]
         each: list[list[bool]] = []

@@ -15,8 +15,13 @@ input. So the worker stops instead:
   exponential backoff, from 50 ms up to one second, so that charging resumes within about a
   second of the store's return (a store that comes back and fails again within
   :data:`STABLE_S` keeps the longer delay, so a flapping store is probed about once a second);
-- **up**: the first probe that commits closes the breaker; the reader re-reads its own
-  pending entries first, so the messages that waited are charged at once.
+- **on trial** (half-open): the first probe that commits lets charging go again: the reader
+  re-reads its own pending entries first, so the messages that waited are charged at once.
+  A disk that is almost full takes a probe's one small row and still refuses a batch of
+  charges: if a charge fails on the store again now, this is the same outage going on (no
+  new ``down`` line, not a second outage), and probing goes on;
+- **up**: the first charge that commits on trial, or :data:`TRIAL_S` with nothing failing,
+  closes the breaker.
 
 Logs: one line when the store goes down (with the cause), one when it is back (with the
 outage's length and how many messages waited), and while it is down a summary every
@@ -42,6 +47,7 @@ PROBE_BASE_S = 0.05
 PROBE_CAP_S = 1.0
 SUMMARY_EVERY_S = 30.0
 STABLE_S = 10.0  # up this long, and the next outage's probes start from the shortest delay again
+TRIAL_S = 2.0  # on trial this long with nothing failing (nothing to charge, say), and the store is back
 
 Probe = Callable[[], Awaitable[None]]
 Backlog = Callable[[], Awaitable[str]]
@@ -58,11 +64,13 @@ class StoreBreaker:
         backlog: Backlog | None = None,
         summary_every_s: float = SUMMARY_EVERY_S,
         backoff: Backoff | None = None,
+        trial_s: float = TRIAL_S,
     ) -> None:
         self.probe = probe
         self.metrics = metrics
         self.backlog = backlog  # what waits in Redis, for the "back" line (one query)
         self.summary_every_s = summary_every_s
+        self.trial_s = trial_s
         self.backoff = backoff or Backoff(base_s=PROBE_BASE_S, cap_s=PROBE_CAP_S)
         self.up = True
         self.cause: LedgerUnavailable | None = None
@@ -70,6 +78,8 @@ class StoreBreaker:
         self.up_since = 0.0
         self.waiting = 0  # messages whose charge failed in this outage (left pending)
         self.probes = 0
+        self.trials_failed = 0  # in this outage: probes that committed, then a charge failed again
+        self._trial: asyncio.Future[bool] | None = None  # while on trial: True once a charge commits
         self._up_event: asyncio.Event | None = None
         self._prober: asyncio.Task[None] | None = None
         metrics.set("store_up", 1)
@@ -83,23 +93,36 @@ class StoreBreaker:
 
     def failed(self, exc: LedgerUnavailable, messages: int) -> None:
         """A charge of ``messages`` failed on the store: open the breaker (once per outage)."""
-        self.waiting += messages
         self.cause = exc
+        if self._trial is not None and not self._trial.done():  # on trial: the same outage goes on
+            self._trial.set_result(False)  # and so does probing (the messages were counted before)
+            self._pause()
+            return
+        self.waiting += messages
         if not self.up:
             return
         self.up = False
         self.down_since = time.monotonic()
         if self.down_since - self.up_since >= STABLE_S:  # a store that flaps probes less and less often
             self.backoff.reset()
-        self.probes = 0
+        self.probes = self.trials_failed = 0
         self.metrics.inc("store_outages")
-        self.metrics.set("store_up", 0)
-        self._event().clear()
+        self._pause()
         log.warning(
             "business store down (%s); stopped reading and reclaiming, probing it with backoff "
             "(%s left pending, not counted as attempts)", exc, _messages(messages),
         )
         self._prober = asyncio.create_task(self._probe_until_up(), name="store-probe")
+
+    def _pause(self) -> None:
+        self.up = False
+        self.metrics.set("store_up", 0)
+        self._event().clear()
+
+    def committed(self) -> None:
+        """A charge committed: on trial, the store is back (once a flush, not once a message)."""
+        if self._trial is not None and not self._trial.done():
+            self._trial.set_result(True)
 
     def refuse(self) -> None:
         """Raise :class:`LedgerUnavailable` at once while the store is down (a charge on its way)."""
@@ -136,8 +159,11 @@ class StoreBreaker:
             except Exception as exc:  # a bug in the probe: still down, and said so in the summary
                 log.error("store probe raised %s", describe(exc), exc_info=exc)
             else:
-                await self._back()
-                return
+                answered_at = time.monotonic()
+                if await self._on_trial():
+                    await self._back(answered_at - self.down_since)
+                    return
+                self.trials_failed += 1
             if time.monotonic() - summary_at >= self.summary_every_s:
                 summary_at = time.monotonic()
                 log.warning(
@@ -145,19 +171,30 @@ class StoreBreaker:
                     summary_at - self.down_since, self.probes, _messages(self.waiting), self.cause,
                 )
 
-    async def _back(self) -> None:
-        outage_s = time.monotonic() - self.down_since
+    async def _on_trial(self) -> bool:
+        """Half-open: charging goes again. True when a charge commits, or :attr:`trial_s` passes
+        with nothing failing; False when a charge fails on the store again (:meth:`failed`)."""
+        self._trial = asyncio.get_running_loop().create_future()
+        self.up = True
+        self.metrics.set("store_up", 1)
+        self._event().set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._trial), self.trial_s)
+        except TimeoutError:
+            return True
+        finally:
+            self._trial = None
+
+    async def _back(self, outage_s: float) -> None:
         backlog = ""
         if self.backlog is not None:
             with contextlib.suppress(*REDIS_ERRORS):  # only for the log line; Redis may be away too
                 backlog = "; " + await self.backlog()
-        self.up = True
         self.up_since = time.monotonic()
-        self.metrics.set("store_up", 1)
-        self._event().set()
+        relapses = f", {self.trials_failed} times a probe and then a charge failed" if self.trials_failed else ""
         log.warning(
-            "business store back after %.1fs (%s probes, last cause: %s); %s had been left "
-            "pending%s; reading again", outage_s, self.probes, self.cause, _messages(self.waiting), backlog,
+            "business store back after %.1fs (%s probes%s, last cause: %s); %s had been left "
+            "pending%s", outage_s, self.probes, relapses, self.cause, _messages(self.waiting), backlog,
         )
         self.waiting = 0
 

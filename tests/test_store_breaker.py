@@ -51,6 +51,13 @@ def breaker_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "solutions.store_breaker"]
 
 
+async def until_logged(caplog: pytest.LogCaptureFixture, text: str, timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not any(text in line for line in breaker_lines(caplog)):
+        assert asyncio.get_running_loop().time() < deadline, f"no {text!r} line in {timeout_s}s"
+        await asyncio.sleep(0.01)
+
+
 @pytest.mark.timeout(20)
 def test_an_outage_is_one_line_down_a_summary_and_one_line_back(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="solutions")
@@ -74,7 +81,9 @@ def test_an_outage_is_one_line_down_a_summary_and_one_line_back(caplog: pytest.L
         assert refused.value.fault is Fault.DISK_FULL
         await asyncio.wait_for(breaker.wait_up(stop), 5)
         assert breaker.up and metrics.values.store_up == 1 and probe.calls == 9
-        breaker.refuse()  # up: nothing raised
+        breaker.refuse()  # up (on trial): nothing raised
+        breaker.committed()  # a charge committed: the store is back
+        await until_logged(caplog, "business store back")
         await breaker.aclose()
 
     asyncio.run(scenario())
@@ -106,5 +115,56 @@ def test_waiting_for_the_store_ends_on_stop_and_closing_stops_the_probes() -> No
         calls = probe.calls
         await asyncio.sleep(0.05)
         assert probe.calls == calls and not breaker.up
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(20)
+def test_a_charge_that_fails_again_on_trial_is_the_same_outage(caplog: pytest.LogCaptureFixture) -> None:
+    """A disk almost full takes the probe's one row and refuses the batch of charges that follows:
+    on trial (half-open) that failure pauses charging again without a second ``down`` line or a
+    second outage, probing goes on, and the first charge that commits says ``back`` once."""
+    caplog.set_level(logging.INFO, logger="solutions")
+    metrics = Metrics(stream="s", group="g", consumer="c")
+    probe = FlakyProbe(failures=2)
+
+    async def scenario() -> None:
+        breaker = StoreBreaker(probe, metrics, backoff=Backoff(base_s=0.01, cap_s=0.01), trial_s=60)
+        stop = asyncio.Event()
+        breaker.failed(disk_full(), 4)
+        await asyncio.wait_for(breaker.wait_up(stop), 5)  # the probe committed: on trial
+        assert breaker.up and probe.calls == 3
+        breaker.failed(disk_full(), 4)  # and the charges fail again
+        assert not breaker.up and metrics.values.store_up == 0 and metrics.values.store_outages == 1
+        await asyncio.wait_for(breaker.wait_up(stop), 5)  # the next probe commits: on trial again
+        assert probe.calls == 4 and not any("store back" in line for line in breaker_lines(caplog))
+        breaker.committed()
+        await until_logged(caplog, "business store back")
+        assert breaker.up and metrics.values.store_outages == 1
+        breaker.failed(disk_full(), 1)  # later: a new outage
+        assert metrics.values.store_outages == 2
+        await breaker.aclose()
+
+    asyncio.run(scenario())
+    lines = breaker_lines(caplog)
+    assert [line.split(" (")[0].split(" after")[0] for line in lines] == [
+        "business store down", "business store back", "business store down"]
+    assert "1 times a probe and then a charge failed" in lines[1] and "4 messages had been left pending" in lines[1]
+
+
+@pytest.mark.timeout(20)
+def test_on_trial_with_nothing_to_charge_the_store_is_back_after_the_trial(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="solutions")
+    metrics = Metrics(stream="s", group="g", consumer="c")
+
+    async def scenario() -> None:
+        breaker = StoreBreaker(FlakyProbe(failures=0), metrics, backoff=Backoff(base_s=0.01, cap_s=0.01),
+                               trial_s=0.2)
+        breaker.failed(disk_full(), 1)
+        await until_logged(caplog, "business store back")
+        assert breaker.up and metrics.values.store_up == 1
+        await breaker.aclose()
 
     asyncio.run(scenario())
