@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import sqlite3
 import threading
@@ -76,29 +77,27 @@ WIDTH = 4  # the values of a charge in :attr:`Charges.rows`: event_id, order_id,
 ROWS_PER_STATEMENT = 100  # 400 parameters at most, well under SQLite's limit
 
 
-def _values(rows: int, columns: tuple[int, ...], shared: str) -> str:
-    """``(?3, ?4, ..., ?1, ?2), (...)``: the ``columns`` of each row's :data:`WIDTH` values,
-    then the ``shared`` ones (``?1`` ...) that every row repeats: bound once per statement, not
-    per row. A row's other values are bound and not used, so that a claim binds the very list
-    the insert binds (the highest number is always used: SQLite counts up to it)."""
+def _values(rows: int, width: int, shared: str) -> str:
+    """``(?3, ?4, ..., ?1, ?2), (...)``: ``width`` parameters of each row's own, then the
+    ``shared`` ones (``?1`` ...) that every row repeats: bound once per statement, not per row."""
     return ", ".join(
-        "(" + ", ".join(f"?{3 + row * WIDTH + column}" for column in columns) + shared + ")" for row in range(rows)
+        "(" + ", ".join(f"?{3 + row * width + i}" for i in range(width)) + shared + ")" for row in range(rows)
     )
 
 
 @functools.lru_cache(maxsize=64)
 def _insert_sql(rows: int) -> str:
-    return INSERT_CHARGES + _values(rows, (0, 1, 2, 3), ", ?1, ?2")  # consumer, charged_at
+    return INSERT_CHARGES + _values(rows, WIDTH, ", ?1, ?2")  # consumer, charged_at
 
 
 @functools.lru_cache(maxsize=64)
 def _claim_sql(rows: int) -> str:
-    return CLAIM_EVENTS + _values(rows, (0, 3), ", ?1, ?2")  # event_id, msg_id; consumer, applied_at
+    return CLAIM_EVENTS + _values(rows, 2, ", ?1, ?2")  # event_id, msg_id; consumer, applied_at
 
 
 @functools.lru_cache(maxsize=64)
 def _claim_new_sql(rows: int) -> str:
-    return CLAIM_NEW_EVENTS + _values(rows, (0, 3), ", ?1, ?2")
+    return CLAIM_NEW_EVENTS + _values(rows, 2, ", ?1, ?2")
 
 
 @functools.lru_cache(maxsize=64)
@@ -167,6 +166,11 @@ class Charges:
     @property
     def msg_ids(self) -> list[str]:
         return self.rows[3::WIDTH]
+
+    @property
+    def claims(self) -> list[str]:
+        """``event_id, msg_id`` of each charge, flat: the ``applied_events`` rows (made in C)."""
+        return list(itertools.chain.from_iterable(zip(self.rows[0::WIDTH], self.rows[3::WIDTH], strict=True)))
 
     def only(self, keep: Sequence[bool]) -> Charges:
         """The charges whose ``keep`` is True, in order."""
@@ -385,7 +389,7 @@ class Ledger:
             db.execute("SAVEPOINT claim")
             before = db.total_changes
             for batch in batches:
-                _execute_rows(db, _claim_new_sql, (batch.consumer, now), batch.rows, WIDTH)
+                _execute_rows(db, _claim_new_sql, (batch.consumer, now), batch.claims, 2)
             claimed_all = db.total_changes - before == len(keys)
             if not claimed_all:
                 db.execute("ROLLBACK TO claim")
@@ -402,7 +406,7 @@ class Ledger:
         for batch in batches:
             end = start + len(batch)
             new = batch.only(verdicts[start:end])
-            _execute_rows(db, _claim_sql, (batch.consumer, now), new.rows, WIDTH)
+            _execute_rows(db, _claim_sql, (batch.consumer, now), new.claims, 2)
             start = end
         return verdicts
 
