@@ -24,6 +24,7 @@ def test_a_batch_is_one_handler_call_one_xack_and_every_event_is_charged_once(
     run = asyncio.run(batch_run(redis_url, f"{key_prefix}batch", tmp_path / "l.sqlite3", n=1000, count=50))
     assert run.charged == run.handled_in_runs == run.events == 1000
     assert run.handler_runs <= run.reads and run.handler_runs >= 1000 // 50  # a call per read batch, not per message
+    assert (run.charge_runs, run.charged_in_runs) == (run.handler_runs, 1000)  # the charges too: one call a run
     assert run.xacks <= run.xreadgroups == run.reads  # at most one XACK per read batch
 
 

@@ -3,7 +3,8 @@
 - :func:`raw_and_dict`: one entry as Redis sends it (a flat list of fields, in the producer's
   order, a field given twice kept twice) beside redis-py's dict of it (one dict per entry).
 - :func:`batch_run`: the worker over a backlog, with a handler and a client that count what
-  the worker asks of them: a call of the handler per run, an XACK per read batch at most.
+  the worker asks of them: a call of the handler per run for the work and one for the
+  charges (a flat list of rows, no object per message), an XACK per read batch at most.
 - :func:`cpu_per_message`: the CPU time per message of the ceiling (a bare ``redis.asyncio``
   loop, as in ``make bench``) and of the worker, in this process. Shown, never asserted: it
   depends on the machine.
@@ -28,6 +29,7 @@ from labs.bench import ceiling, worker_runs
 from labs.experiments.worker_procs import produce_backlog
 from solutions.connection import PackingConnection
 from solutions.handler import BillingHandler, Failures, Slot
+from solutions.ledger import Charges
 from solutions.messages import OrderEvent
 from solutions.reader import NEW, Entry, xreadgroup_entries
 from solutions.settings import Settings
@@ -51,12 +53,17 @@ class CountingRuns(BillingHandler):
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream=stream, delay_ms=0)
-        self.runs = self.events = 0
+        self.runs = self.events = self.charge_runs = self.charged = 0
 
     async def process_run(self, events: Sequence[OrderEvent], slot: Slot | None) -> Failures:
         self.runs += 1
         self.events += len(events)
         return await super().process_run(events, slot)
+
+    def charges(self, events: Sequence[OrderEvent], consumer: str) -> Charges:
+        self.charge_runs += 1
+        self.charged += len(events)
+        return super().charges(events, consumer)
 
 
 class CountingClient(aioredis.Redis):
@@ -78,6 +85,8 @@ class BatchRun:
     charged: int
     handler_runs: int
     handled_in_runs: int
+    charge_runs: int
+    charged_in_runs: int
     reads: int
     xreadgroups: int
     xacks: int
@@ -103,7 +112,8 @@ async def batch_run(url: str, stream: str, ledger: Path, n: int = 3000, count: i
     reads = worker.reader.reads if worker.reader else 0
     charged = worker.ledger.total_charges()
     worker.ledger.close()
-    return BatchRun(n, charged, handler.runs, handler.events, reads, client.sent["XREADGROUP"], client.sent["XACK"])
+    return BatchRun(n, charged, handler.runs, handler.events, handler.charge_runs, handler.charged, reads,
+                    client.sent["XREADGROUP"], client.sent["XACK"])
 
 
 @dataclass(frozen=True)
