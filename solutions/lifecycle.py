@@ -173,9 +173,7 @@ class Lifecycle(ABC):
         lefts = await asyncio.gather(*(left_in_pel(part, held) for part, held in zip(parts, in_hand, strict=True)))
         named = len(parts) > 1  # a shard's ids are not unique across shards
         left = [f"{part.name}/{i}" if named else i for part, ids in zip(parts, lefts, strict=True) for i in ids]
-        for part in parts:
-            with contextlib.suppress(*REDIS_ERRORS):
-                await part.rescuer.release_lease()
+        await asyncio.gather(*(release_lease(part) for part in parts))
         counts = self.counts
         elapsed_s = time.monotonic() - started
         log.info(
@@ -207,6 +205,17 @@ class Lifecycle(ABC):
             except Exception as exc:  # a bug: said with its traceback; the worker goes on
                 log.error("metrics refresh raised %s", describe(exc), exc_info=exc)
             log.info("metrics %s", self._metrics_line())
+
+
+async def release_lease(part: StreamPart) -> None:
+    """Give ``part``'s rescuer lease up, so that another worker's rescuer may start at once.
+
+    At most :data:`LEFT_QUERY_TIMEOUT_S`: the lease expires by itself, and on a shard whose
+    master is dead a release would wait out the client's retries (every shard's at once, and
+    one after another before).
+    """
+    with contextlib.suppress(*REDIS_ERRORS):  # TimeoutError is an OSError
+        await asyncio.wait_for(part.rescuer.release_lease(), LEFT_QUERY_TIMEOUT_S)
 
 
 async def left_in_pel(part: StreamPart, held: list[str]) -> list[str]:

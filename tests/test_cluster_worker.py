@@ -4,12 +4,23 @@ and through a live reshard (0 lost, 0 duplicated with sqlite, per-key order, XPE
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
+from billing_support import until
 
-from labs.experiments.cluster_worker import fault_under_load, reshard_under_load, steady_load
+from labs.experiments.cluster_worker import (
+    fault_under_load,
+    reshard_under_load,
+    startup_nodes,
+    steady_load,
+    worker_settings,
+)
 from labs.launcher.cluster import ClusterTopology
+from solutions.shard_worker import ShardedWorker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,3 +62,43 @@ def test_per_key_order_holds_across_parallel_shards_and_the_global_order_does_no
     assert run.violations == 0, "one order's events were charged in the order they were produced"
     assert run.detail["global_inversions"] > 0, "events of different orders were charged out of production order"
     assert all(n > 50 for n in run.detail["charged_per_shard"])
+
+
+@pytest.mark.failover
+def test_a_stop_while_one_shard_has_no_live_copy_drains_in_seconds(healthy_cluster: ClusterTopology,
+                                                                     tmp_path: Path) -> None:
+    """SIGSTOP one shard's master and its replica (a stall: sockets stay open, nothing answers,
+    and no failover can help), then stop the worker. The drain asks each shard what is left
+    pending and gives each rescuer lease up, all shards at once and each within a bound. Before,
+    the leases were given up shard after shard with no bound, and the one on the stalled shard
+    waited out the client's retries (35 s here)."""
+
+    async def scenario() -> float:
+        settings = worker_settings(startup_nodes(healthy_cluster), "cw:stall", 3, tmp_path / "l.sqlite3",
+                                   drain_timeout_s=2.0)
+        worker = ShardedWorker(settings)
+        task = asyncio.create_task(worker.run())
+        await until(lambda: task.done() or (len(worker.parts) == 3 and all(p.rescuer.holding for p in worker.parts)),
+                    15, "every shard's rescuer holding its lease")
+        assert worker.router is not None and not task.done()
+        owner = worker.router.owner(worker.parts[0].name)
+        assert owner is not None
+        nodes = healthy_cluster.nodes()
+        master = next(node for node in nodes if node.port == owner[1])
+        ports = {master.port} | {node.port for node in nodes if node.master_id == master.node_id}
+        pids = [pid for proc in healthy_cluster.servers if proc.port in ports and (pid := proc.pid()) is not None]
+        assert len(pids) == 2, f"the shard's master and its replica: {ports}"
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            worker.request_stop()
+            await asyncio.wait_for(task, 90)
+            return time.monotonic() - started
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+
+    drain_s = asyncio.run(scenario())
+    print(f"drain with a shard stalled: {drain_s:.2f}s")
+    assert drain_s < 10.0, f"the drain took {drain_s:.1f}s with one shard stalled"
