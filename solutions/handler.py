@@ -33,6 +33,7 @@ from typing import Protocol
 
 from solutions.ledger import Charge, Charges
 from solutions.messages import Delivery, OrderEvent, TransientError, parse_order
+from solutions.settings import Settings
 
 
 class Handler(Protocol):
@@ -146,3 +147,10 @@ class BillingHandler:
         for event in events:
             rows += (event.dedupe_key, event.order_id, str(event.amount), event.msg_id)
         return Charges(consumer, rows)
+
+
+def billing_handler(settings: Settings) -> BillingHandler:
+    """The lab's billing handler as the worker's flags set it (one per stream or shard: each its
+    own attempt counter for ``fail_every``)."""
+    return BillingHandler(stream=settings.stream, delay_ms=settings.handler_delay_ms,
+                          jitter_ms=settings.handler_jitter_ms, fail_every=settings.fail_every)

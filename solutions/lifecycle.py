@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from solutions.connection import REDIS_ERRORS, describe
 from solutions.ledger import Ledger
 from solutions.metrics import Metrics, Snapshot
-from solutions.reader import own_pending
+from solutions.reader import ensure_group, own_pending
 from solutions.settings import Settings
 from solutions.store_breaker import StoreBreaker
 from solutions.stream_part import StreamPart
@@ -53,9 +53,9 @@ class Summary:
 class Lifecycle(ABC):
     """Start, run until asked to stop, drain every stream part, summarize."""
 
-    def __init__(self, settings: Settings, ledger: Ledger) -> None:
+    def __init__(self, settings: Settings, ledger: Ledger | None = None) -> None:
         self.settings = settings
-        self.ledger = ledger
+        self.ledger = ledger or Ledger(settings.ledger, busy_timeout_ms=settings.ledger_busy_timeout_ms)
         self.started = threading.Event()
         self.breaker: StoreBreaker | None = None
         self.summary: Summary | None = None
@@ -84,7 +84,7 @@ class Lifecycle(ABC):
 
     @abstractmethod
     async def _close(self) -> None:
-        """Close what :meth:`_open` opened (the ledger is closed here too)."""
+        """Close what :meth:`_open` opened (the ledger is closed after it, by :meth:`_finish`)."""
 
     @abstractmethod
     async def _refresh_gauges(self) -> None:
@@ -135,20 +135,34 @@ class Lifecycle(ABC):
             if not await self._open(stop):
                 log.info("drain complete: asked to stop before Redis answered; nothing was read")
                 self.summary = Summary(self.counts)
-                await self._close()
+                await self._finish()
                 return self.summary
             await asyncio.to_thread(self.ledger.open)
             tasks = await self._start(stop)
         except BaseException:
-            await self._close()
+            await self._finish()
             raise
         self.started.set()
         try:
             await stop.wait()
         finally:
             self.summary = summary = await self._drain(tasks)
-            await self._close()
+            await self._finish()
         return summary
+
+    async def _finish(self) -> None:
+        await self._close()
+        await asyncio.to_thread(self.ledger.close)
+
+    async def _start_part(self, part: StreamPart, stop: asyncio.Event, tag: str = "") -> list[asyncio.Task[None]]:
+        """Create ``part``'s group if need be (its Redis may be down: the reader recovers later),
+        and start its reader and, unless ``--no-rescuer``, its rescuer; their tasks."""
+        with contextlib.suppress(*REDIS_ERRORS):
+            await ensure_group(part.client, part.name, part.settings.group)
+        tasks = [asyncio.create_task(part.reader.run(stop), name=f"reader{tag}")]
+        if self.settings.rescuer:
+            tasks.append(asyncio.create_task(part.rescuer.run(stop), name=f"rescuer{tag}"))
+        return tasks
 
     def _new_breaker(self, metrics: Metrics, backlog: Callable[[], Awaitable[str]]) -> StoreBreaker:
         self.breaker = StoreBreaker(self._probe_ledger, metrics, backlog=backlog)

@@ -43,12 +43,12 @@ from redis.exceptions import RedisError
 
 from solutions.cluster_router import ClusterRouter, RoutingOptions, ShardClient
 from solutions.connection import Backoff, Streak, describe
-from solutions.handler import BillingHandler, Handler
+from solutions.handler import Handler, billing_handler
 from solutions.ledger import Ledger
 from solutions.lifecycle import Lifecycle
 from solutions.metrics import Snapshot, format_gauge
 from solutions.pool import Pool
-from solutions.reader import OWN_PENDING, Reader, ensure_group
+from solutions.reader import OWN_PENDING, Reader
 from solutions.settings import Settings
 from solutions.shard_metrics import EveryShard, ShardMetrics, shard_metrics
 from solutions.shards import ShardCountError, ShardSet, ensure_shards, shard_settings
@@ -76,12 +76,6 @@ class ShardReader(Reader):
             self.cursor = OWN_PENDING
 
 
-def default_handler(s: Settings) -> Handler:
-    """The lab's billing handler for one shard (its own attempt counter for ``fail_every``)."""
-    return BillingHandler(stream=s.stream, delay_ms=s.handler_delay_ms, jitter_ms=s.handler_jitter_ms,
-                          fail_every=s.fail_every)
-
-
 class ShardedWorker(Lifecycle):
     """One consumer of ``settings.group`` on every shard of ``settings.stream`` (``settings.cluster`` set)."""
 
@@ -95,8 +89,8 @@ class ShardedWorker(Lifecycle):
     ) -> None:
         if not settings.cluster:
             raise ValueError("a sharded worker needs settings.cluster (a startup node)")
-        super().__init__(settings, ledger or Ledger(settings.ledger, busy_timeout_ms=settings.ledger_busy_timeout_ms))
-        self.handler_factory = handler_factory or default_handler
+        super().__init__(settings, ledger)
+        self.handler_factory = handler_factory or billing_handler
         self.routing = routing or RoutingOptions(socket_timeout_s=settings.socket_timeout_s)
         self.router: ClusterRouter | None = None
         self.shard_set: ShardSet | None = None
@@ -155,9 +149,6 @@ class ShardedWorker(Lifecycle):
                        metrics=metrics[name], pool=Pool(s.parallelism), breaker=breaker, reader_class=ShardReader)
             for name, settings in shards.items()
         ]
-        for part in self.parts:
-            with contextlib.suppress(RedisError):  # a shard whose master is down: its reader recovers later
-                await ensure_group(part.client, part.name, s.group)
         if s.metrics_port is not None:
             self.metrics.serve(s.metrics_port, s.metrics_host)
         log.info("worker %s reading %s shards of %s as group %s (dedupe %s, parallelism %s per shard, count %s): %s",
@@ -166,16 +157,13 @@ class ShardedWorker(Lifecycle):
         tasks = [asyncio.create_task(router.watch(), name="cluster-watch"),
                  asyncio.create_task(self._metrics_loop(stop), name="metrics")]
         for i, part in enumerate(self.parts):
-            tasks.append(asyncio.create_task(part.reader.run(stop), name=f"reader-{i}"))
-            if s.rescuer:
-                tasks.append(asyncio.create_task(part.rescuer.run(stop), name=f"rescuer-{i}"))
+            tasks += await self._start_part(part, stop, f"-{i}")
         return tasks
 
     async def _close(self) -> None:
         if self.router is not None:
             with contextlib.suppress(RedisError, OSError):
                 await self.router.aclose()
-        await asyncio.to_thread(self.ledger.close)
 
     async def _backlog(self) -> str:
         """What waits in every shard, for the log line of a store that is back."""

@@ -19,13 +19,13 @@ import logging
 
 from solutions.connection import REDIS_ERRORS, Client, connect
 from solutions.failover_watch import FailoverWatch
-from solutions.handler import BillingHandler, Handler
+from solutions.handler import Handler, billing_handler
 from solutions.ledger import Ledger
 from solutions.lifecycle import SETTLE_MARGIN_S, Lifecycle, Summary
 from solutions.metrics import Metrics, Snapshot
 from solutions.pipeline import Pipeline
 from solutions.pool import Pool
-from solutions.reader import Reader, ensure_group
+from solutions.reader import Reader
 from solutions.rescuer import Rescuer
 from solutions.settings import Settings
 from solutions.stream_part import StreamPart, backlog, build_part, refresh_gauges
@@ -46,13 +46,8 @@ class Worker(Lifecycle):
         client: Client | None = None,
         ledger: Ledger | None = None,
     ) -> None:
-        super().__init__(settings, ledger or Ledger(settings.ledger, busy_timeout_ms=settings.ledger_busy_timeout_ms))
-        self.handler: Handler = handler or BillingHandler(
-            stream=settings.stream,
-            delay_ms=settings.handler_delay_ms,
-            jitter_ms=settings.handler_jitter_ms,
-            fail_every=settings.fail_every,
-        )
+        super().__init__(settings, ledger)
+        self.handler: Handler = handler or billing_handler(settings)
         self.client = client
         self.metrics = Metrics(stream=settings.stream, group=settings.group, consumer=settings.consumer)
         self.pool = Pool(settings.parallelism)
@@ -97,10 +92,9 @@ class Worker(Lifecycle):
         breaker = self._new_breaker(self.metrics, functools.partial(backlog, client, s))
         self.part = part = build_part(client, s, handler=self.handler, ledger=self.ledger, metrics=self.metrics,
                                       pool=self.pool, breaker=breaker)
-        with contextlib.suppress(*REDIS_ERRORS):  # Redis may be down: the reader recovers later
-            await ensure_group(client, s.stream, s.group)
         if s.metrics_port is not None:
             self.metrics.serve(s.metrics_port, s.metrics_host)
+        tasks = await self._start_part(part, stop)
         log.info(
             "worker %s reading %s as group %s (dedupe %s, parallelism %s, count %s)",
             s.consumer,
@@ -110,12 +104,7 @@ class Worker(Lifecycle):
             s.parallelism,
             s.count,
         )
-        tasks = [
-            asyncio.create_task(part.reader.run(stop), name="reader"),
-            asyncio.create_task(self._metrics_loop(stop), name="metrics"),
-        ]
-        if s.rescuer:
-            tasks.append(asyncio.create_task(part.rescuer.run(stop), name="rescuer"))
+        tasks.append(asyncio.create_task(self._metrics_loop(stop), name="metrics"))
         if s.sentinels:  # on +switch-master, drop the connections to a stalled old master
             watch = FailoverWatch(client, s.sentinels, s.master_name)
             tasks.append(asyncio.create_task(watch.run(), name="failover-watch"))
@@ -128,7 +117,6 @@ class Worker(Lifecycle):
         if self.client is None and self._client is not None:
             with contextlib.suppress(*REDIS_ERRORS):
                 await self._client.aclose()
-        await asyncio.to_thread(self.ledger.close)
 
     async def _refresh_gauges(self) -> None:
         if self._client is not None:
