@@ -1,4 +1,4 @@
-"""labs.exercises.nb06 on real Redis: the min idle curves, the rescuers' race, COUNT 1.
+"""labs.exercises.nb06 on real Redis: the min idle curves, the rescuers' race, COUNT 1, the long store outage.
 
 The runs behind these exercises take a second each and are timing-dependent; the student
 edition's test runs the reference once. Here the run records are written by hand (streams of
@@ -18,6 +18,8 @@ from labs.exercises.nb06 import zero_from
 from labs.experiments.claiming import ClaimRun
 from labs.experiments.pool_and_dlq import PoolRun
 from labs.experiments.rescuers import RaceRun
+from labs.experiments.store_outage import OutageRun
+from solutions.metrics import Snapshot
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -109,3 +111,26 @@ def test_count_one_costs_a_read_per_entry(ns: dict[str, Any]) -> None:
     says("06.4", {**right, "reads_per_entry": {1: 1.0}}, "Ключи `reads_per_entry`")
     says("06.4", {**right, "count_one": right["count_sixteen"]}, "`count_one`: нужен законченный прогон")
     assert "пока не определены" in verdict("06.4", ns).message
+
+
+def outage(ns: dict[str, Any], *, dead: int = 0, hold_s: float = 3.0) -> OutageRun:
+    stream(ns, "ex:store", 45)
+    log = ("business store down (locked: database is locked (SQLITE_BUSY)); ...",
+           "business store back after 3.2s (7 probes, ...)")
+    return OutageRun(sent=45, charged=45 - dead, charged_twice=0, dead_lettered=dead, pending_left=0, hold_s=hold_s,
+                     max_attempts=2, min_idle_ms=100, pending_in_outage=4, max_delivered_in_outage=0,
+                     unread_in_outage=36, first_charge_after_s=0.4, store_log=log, counts=Snapshot(),
+                     finished=True)
+
+
+def test_a_long_store_outage_is_judged_against_the_retry_budget(ns: dict[str, Any]) -> None:
+    right = {**ns, "long_outage": outage(ns), "attempts_budget_s": 0.2, "budget_overrun": 15.0}
+    lesson = passes("06.5", right)
+    assert "в 15 раз длиннее бюджета попыток (0.2 с), а в DLQ 0 из 45" in lesson and "«down» — 1" in lesson
+    says("06.5", {**right, "attempts_budget_s": 0.1}, "`attempts_budget_s` — за сколько секунд")
+    says("06.5", {**right, "budget_overrun": 30}, "`budget_overrun` — во сколько раз")
+    says("06.5", {**right, "long_outage": outage(ns, hold_s=2.0)}, "нужен законченный прогон")
+    says("06.5", {**right, "long_outage": outage(ns, dead=3)}, "что-то не так с событиями")
+    says("06.5", {**right, "long_outage": "run"}, "результатом `await locked_ledger_run(...)`")
+    ns["r"].delete(ns["P"] + "ex:store")
+    says("06.5", right, 'Стрима `P + "ex:store"` нет')

@@ -11,6 +11,9 @@ run records and compares the student's figures with them (ranges where timing de
   and longer than min idle (``race_one``, ``race_slow``).
 - 06.4 «COUNT 1»: ``pool_run`` with ``count=1`` and ``count=16`` (``count_one``, ``count_sixteen``)
   and the ``XREADGROUP`` calls per entry the student measured (``reads_per_entry``).
+- 06.5 «Простой дольше всех попыток»: ``locked_ledger_run`` with a 3 s lock and two attempts
+  (``long_outage``); the retry budget a worker would have spent on the outage
+  (``attempts_budget_s``) and how many times longer the outage was (``budget_overrun``).
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from labs.exercises.facts import named_stream, number, of_kind
 from labs.experiments.claiming import ClaimRun
 from labs.experiments.pool_and_dlq import PoolRun
 from labs.experiments.rescuers import RaceRun
+from labs.experiments.store_outage import OutageRun
 
 GROUP = "billing"
 SWEEP_ENTRIES = 40
 P99_SLACK_MS = 0.5
 POOL_ENTRIES = 200
+OUTAGE_HOLD_S, OUTAGE_ATTEMPTS, OUTAGE_EVENTS = 3.0, 2, 45  # 5 before the lock, 40 while it is held
 
 
 def zero_from(runs: Sequence[ClaimRun]) -> int | None:
@@ -181,6 +186,41 @@ def _verify_count_one(ns: Mapping[str, Any]) -> str:
     )
 
 
+def _verify_long_outage(ns: Mapping[str, Any]) -> str:
+    """06.5: a 3 s lock with two attempts of 100 ms min idle: nothing dead-lettered, one outage."""
+    run = ns["long_outage"]
+    of_kind(run, OutageRun, "long_outage", "результатом `await locked_ledger_run(...)`")
+    expect(
+        (run.hold_s, run.max_attempts, run.sent, run.finished) == (OUTAGE_HOLD_S, OUTAGE_ATTEMPTS, OUTAGE_EVENTS, True),
+        "`long_outage`: нужен законченный прогон с `hold_s=3.0, max_attempts=2, during=40`.",
+    )
+    client, key = named_stream(ns, "ex:store")
+    expect(client.xlen(key) == run.sent, '`long_outage` шёл не на стриме `P + "ex:store"`.')
+    expect(
+        run.dead_lettered == 0 and run.charged == run.sent and run.charged_twice == 0 and run.pending_left == 0,
+        "В прогоне что-то не так с событиями: ожидалось всё списано по разу, DLQ и PEL пусты. Запустите его заново.",
+    )
+    budget_s = run.max_attempts * run.min_idle_ms / 1000
+    expect(
+        abs(number(ns["attempts_budget_s"], "attempts_budget_s") - budget_s) < 1e-6,
+        "`attempts_budget_s` — за сколько секунд событие израсходовало бы все попытки, если бы каждая неудачная "
+        "запись была попыткой: `max_attempts` доставок, между ними по `min_idle_ms` (в секундах).",
+    )
+    overrun = run.hold_s / budget_s
+    expect(
+        abs(number(ns["budget_overrun"], "budget_overrun") - overrun) < 0.01,
+        "`budget_overrun` — во сколько раз простой (`hold_s`) длиннее `attempts_budget_s`.",
+    )
+    downs = sum(line.startswith("business store down") for line in run.store_log)
+    return (
+        f"Простой {run.hold_s:.0f} с — в {overrun:.0f} раз длиннее бюджета попыток ({budget_s:.1f} с), а в DLQ 0 из "
+        f"{run.sent}: неудачная запись в реестр вернула доставку (счётчик в PEL — {run.max_delivered_in_outage}), "
+        f"и {run.unread_in_outage} событий простой переждали непрочитанными в стриме. В логе за весь простой "
+        f"{len(run.store_log)} строки от предохранителя, из них «down» — {downs}: строка на смену состояния, а не на "
+        "сообщение."
+    )
+
+
 EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         id="06.1",
@@ -221,6 +261,17 @@ EXERCISES: tuple[Exercise, ...] = (
         hint=(
             "До и после каждого await pool_run(...) читайте int(r.info('commandstats')['cmdstat_xreadgroup']"
             "['calls']); разница / 200 — чтений на запись."
+        ),
+    ),
+    Exercise(
+        id="06.5",
+        title="Простой дольше всех попыток",
+        needs=("long_outage", "attempts_budget_s", "budget_overrun"),
+        verify=_verify_long_outage,
+        hint=(
+            "long_outage = await locked_ledger_run(REDIS_URL, P + 'ex:store', RUN_DIR / 'ex-store.sqlite3', "
+            "hold_s=3.0, max_attempts=2, during=40); attempts_budget_s = long_outage.max_attempts * "
+            "long_outage.min_idle_ms / 1000; budget_overrun = long_outage.hold_s / attempts_budget_s."
         ),
     ),
 )
