@@ -384,7 +384,7 @@ class Ledger:
         the count of inserted rows says that it did. Otherwise that insert is undone (a
         savepoint) and the events are looked up first, the repeats within the batch too.
         """
-        keys = [key for batch in batches for key in batch.event_ids] if len(batches) > 1 else batches[0].event_ids
+        keys = batches[0].event_ids if len(batches) == 1 else [key for batch in batches for key in batch.event_ids]
         if len(set(keys)) == len(keys):
             db.execute("SAVEPOINT claim")
             before = db.total_changes

@@ -64,7 +64,7 @@ def test_batches_of_several_runs_are_one_transaction_with_verdicts_in_order(tmp_
         first = Charges("b", ["e-0", "o-1", "2.00", "1-0", "e-1", "o-1", "1.00", "1-1"])
         second = Charges("c", ["e-2", "o-2", "3.00", "1-2", "e-0", "o-1", "2.00", "1-3"])
         assert ledger.write_batches([first, second], once=True) == [True, False, True, False]
-        assert ledger.write_batches([Charges("d", [])], once=True) == []
+        assert ledger.write_batches([Charges("d", [])], once=True) == [] == ledger.write([], once=True)
         with sqlite3.connect(ledger.path) as db:
             claims = db.execute("SELECT event_id, msg_id, consumer FROM applied_events ORDER BY event_id").fetchall()
             rows = db.execute("SELECT event_id, order_id, amount, msg_id, consumer FROM charges ORDER BY id").fetchall()
