@@ -164,10 +164,6 @@ class Charges:
         return self.rows[0::WIDTH]
 
     @property
-    def msg_ids(self) -> list[str]:
-        return self.rows[3::WIDTH]
-
-    @property
     def claims(self) -> list[str]:
         """``event_id, msg_id`` of each charge, flat: the ``applied_events`` rows (made in C)."""
         return list(itertools.chain.from_iterable(zip(self.rows[0::WIDTH], self.rows[3::WIDTH], strict=True)))
