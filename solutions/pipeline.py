@@ -206,7 +206,10 @@ class Pipeline:
             return [], []
         events = [event for _, event in done]
         try:
-            (applied,) = await self._records.submit([self.handler.charges(events, self.rules.consumer)])
+            charges = self.handler.charges(events, self.rules.consumer)
+            if len(charges) != len(events):  # a handler's bug: nothing written, the messages stay pending
+                raise ValueError(f"the handler made {len(charges)} charges for {len(events)} events")
+            (applied,) = await self._records.submit([charges])
         except LedgerUnavailable as exc:  # the store's fault: a pause, not an attempt
             self.breaker.failed(exc, len(done))
             await self._undo(events)

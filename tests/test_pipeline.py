@@ -8,13 +8,16 @@ tests/test_store_outage.py, for every dedupe strategy.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import redis
 from billing_support import charge_counts, produce, running, settings, until
 
-from solutions.messages import Delivery, flat_fields
+from solutions.handler import BillingHandler
+from solutions.ledger import Charges
+from solutions.messages import Delivery, OrderEvent, flat_fields
 from solutions.pipeline import ALL_LANES, split_runs
 
 
@@ -77,3 +80,29 @@ def test_a_failed_handler_leaves_no_marker_behind(
     asyncio.run(scenario())
     assert charge_counts(s.ledger) == {f"ev-{i}": 1 for i in range(20)}
     assert client.xlen(s.dlq_stream) == 0
+
+
+class ShortChanging(BillingHandler):
+    """A buggy handler: its run's charges miss the last event."""
+
+    def charges(self, events: Sequence[OrderEvent], consumer: str) -> Charges:
+        return super().charges(events[:-1], consumer)
+
+
+def test_a_handler_that_makes_too_few_charges_charges_nothing_and_acks_nothing(
+    redis_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    """The ledger rows must match the run's events one to one: otherwise nothing is written and
+    nothing acked; the run counts as a failed attempt and its messages stay pending."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = settings(redis_url, key_prefix, tmp_path / "ledger.sqlite3", dedupe="sqlite", rescuer=False)
+    produce(client, s.stream, 5)
+
+    async def scenario() -> None:
+        async with running(s, handler=ShortChanging(stream=s.stream, delay_ms=0)) as worker:
+            await until(lambda: worker.counts.errors >= 5, 10, "the run failed")
+            assert worker.counts.acked == 0 and worker.counts.processed == 0
+
+    asyncio.run(scenario())
+    assert charge_counts(s.ledger) == {}
+    assert int(client.xpending(s.stream, "billing")["pending"]) == 5
