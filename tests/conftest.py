@@ -26,13 +26,13 @@ from typing import Any
 import pytest
 import redis
 from monitoring_support import MonitoredStack
-from port_support import cluster_ports
+from port_support import cluster_ports, session_ports
 
 from labs.launcher import ports, prom_binaries
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.monitoring import Monitoring
-from labs.launcher.topology import Topology, _distinct_free_ports, iter_topologies
+from labs.launcher.topology import Topology, iter_topologies
 
 REDIS_IMAGE = "redis:7.0.15"
 
@@ -49,13 +49,16 @@ EXPORTER_SLOTS = 16  # one exporter port per node of every topology (single, aof
 
 
 def _free_ports_into_env() -> None:
-    for var in (ports.SINGLE_PORT_VAR, ports.AOF_PORT_VAR, ports.MASTER_PORT_VAR, ports.REPLICA_PORT_VAR,
-                ports.PROMETHEUS_PORT_VAR):
-        os.environ[var] = str(ports.free_port())
-    os.environ[ports.SENTINEL_PORTS_VAR] = ",".join(str(ports.free_port()) for _ in range(3))
+    """The session's topologies and monitoring on ports of this worker's own (see port_support)."""
+    singles = (ports.SINGLE_PORT_VAR, ports.AOF_PORT_VAR, ports.MASTER_PORT_VAR, ports.REPLICA_PORT_VAR,
+               ports.PROMETHEUS_PORT_VAR)
+    picked = session_ports(len(singles) + 3 + EXPORTER_SLOTS)
+    for var, port in zip(singles, picked, strict=False):
+        os.environ[var] = str(port)
+    os.environ[ports.SENTINEL_PORTS_VAR] = ",".join(map(str, picked[len(singles) : len(singles) + 3]))
     # Cluster nodes also listen on port + 10000 (the cluster bus): both must be free.
     os.environ[ports.CLUSTER_PORTS_VAR] = ",".join(map(str, cluster_ports(6)))
-    os.environ[ports.EXPORTER_PORTS_VAR] = ",".join(str(p) for p in _distinct_free_ports(EXPORTER_SLOTS))
+    os.environ[ports.EXPORTER_PORTS_VAR] = ",".join(map(str, picked[len(singles) + 3 :]))
 
 
 def _docker_redis() -> tuple[str | None, str]:

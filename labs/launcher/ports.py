@@ -106,6 +106,33 @@ def free_cluster_ports(n: int, window: range | None = None) -> list[int]:
     raise LauncherError(f"no {n} free cluster ports with free bus ports in {window.start}-{window.stop - 1}")
 
 
+SESSION_WINDOW_WIDTH = 4000
+
+
+def session_port_window() -> range:
+    """Ports for a test session's own topologies and monitoring: just below the cluster window,
+    so below the ephemeral range too.
+
+    A port picked with ``bind(0)`` and started minutes later (a notebook's topology) is free
+    only at the pick: the kernel may hand the same number to another process's ``bind(0)`` or
+    to a client socket meanwhile (a sentinel replica's port was once taken so by the other test
+    worker). Below the ephemeral range only an explicit bind takes a port.
+    """
+    cluster = cluster_port_window()
+    return range(max(1024, cluster.start - SESSION_WINDOW_WIDTH), cluster.start)
+
+
+def free_ports(n: int, window: range) -> list[int]:
+    """``n`` distinct ports nobody has bound, picked at random in ``window``."""
+    picked: list[int] = []
+    for port in random.sample(window, len(window)):
+        if _bindable(port):
+            picked.append(port)
+            if len(picked) == n:
+                return picked
+    raise LauncherError(f"no {n} free ports in {window.start}-{window.stop - 1}")
+
+
 def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
