@@ -24,6 +24,7 @@ MAX_FIELD_BYTES = 256
 # The field order the fast path knows: billing-producer's (DESIGN.md), with or without its
 # optional produced_at_ms last. Any other order or set of fields takes the slow path.
 PRODUCER_FIELDS = [b"type", b"order_id", b"amount", b"event_id"]
+_TYPE, _ORDER_ID, _AMOUNT, _EVENT_ID = PRODUCER_FIELDS
 _ONE_TO_NINE = frozenset(b"123456789")  # an amount's first byte, as an int
 _ORDER_PAID = ORDER_PAID.encode()
 _ZERO = Decimal(0)
@@ -148,7 +149,7 @@ def parse_order(stream: str, delivery: Delivery) -> OrderEvent:
     else:
         return _parse_decoded(stream, delivery.msg_id, _decode_all(fields))
     if (  # each name on its own (a tuple of four built to compare costs more), the amount's first byte
-        type_ == b"type" and kind == _ORDER_PAID and o == b"order_id" and a == b"amount" and e == b"event_id"
+        type_ == _TYPE and kind == _ORDER_PAID and o == _ORDER_ID and a == _AMOUNT and e == _EVENT_ID
         and amount and amount[0] in _ONE_TO_NINE
         and len(order_id) + len(amount) + len(event_id) + len(produced_at) <= MAX_FIELD_BYTES
     ):

@@ -174,16 +174,15 @@ class StoreBreaker:
     async def _on_trial(self) -> bool:
         """Half-open: charging goes again. True when a charge commits, or :attr:`trial_s` passes
         with nothing failing; False when a charge fails on the store again (:meth:`failed`)."""
-        self._trial = asyncio.get_running_loop().create_future()
+        self._trial = trial = asyncio.get_running_loop().create_future()
         self.up = True
         self.metrics.set("store_up", 1)
         self._event().set()
         try:
-            return await asyncio.wait_for(asyncio.shield(self._trial), self.trial_s)
-        except TimeoutError:
-            return True
+            await asyncio.wait([trial], timeout=self.trial_s)
         finally:
             self._trial = None
+        return trial.result() if trial.done() else True
 
     async def _back(self, outage_s: float) -> None:
         backlog = ""

@@ -16,9 +16,9 @@ from exercise_support import namespace, passes, says, verdict
 
 from labs.exercises.nb06 import zero_from
 from labs.experiments.claiming import ClaimRun
+from labs.experiments.locked_ledger import OutageRun
 from labs.experiments.pool_and_dlq import PoolRun
 from labs.experiments.rescuers import RaceRun
-from labs.experiments.store_outage import OutageRun
 from solutions.metrics import Snapshot
 
 pytestmark = pytest.mark.timeout(30)

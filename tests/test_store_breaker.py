@@ -12,6 +12,7 @@ import logging
 import sqlite3
 
 import pytest
+from billing_support import until
 
 from solutions.connection import Backoff
 from solutions.metrics import Metrics
@@ -51,11 +52,8 @@ def breaker_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "solutions.store_breaker"]
 
 
-async def until_logged(caplog: pytest.LogCaptureFixture, text: str, timeout_s: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not any(text in line for line in breaker_lines(caplog)):
-        assert asyncio.get_running_loop().time() < deadline, f"no {text!r} line in {timeout_s}s"
-        await asyncio.sleep(0.01)
+async def until_logged(caplog: pytest.LogCaptureFixture, text: str) -> None:
+    await until(lambda: any(text in line for line in breaker_lines(caplog)), 5, f"a {text!r} line")
 
 
 @pytest.mark.timeout(20)

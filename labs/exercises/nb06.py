@@ -24,9 +24,9 @@ from typing import Any
 from labs.exercises.exercise import Exercise, expect
 from labs.exercises.facts import named_stream, number, of_kind
 from labs.experiments.claiming import ClaimRun
+from labs.experiments.locked_ledger import OutageRun
 from labs.experiments.pool_and_dlq import PoolRun
 from labs.experiments.rescuers import RaceRun
-from labs.experiments.store_outage import OutageRun
 
 GROUP = "billing"
 SWEEP_ENTRIES = 40

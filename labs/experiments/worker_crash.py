@@ -123,10 +123,10 @@ async def crash_and_rescue(
         worker = Worker(rescuer_settings(redis_url, stream, dedupe, ledger))
         task = asyncio.create_task(worker.run())
         try:
-            await _until(lambda: _settled(client, stream, ledger, event_id, dedupe), timeout_s)
+            await until(lambda: _settled(client, stream, ledger, event_id, dedupe), timeout_s)
             if not resend_while_pending:
                 client.xadd(stream, fields)  # then the producer re-sends the same event
-            await _until(lambda: _settled(client, stream, ledger, event_id, dedupe), timeout_s)
+            await until(lambda: _settled(client, stream, ledger, event_id, dedupe), timeout_s)
         finally:
             worker.request_stop()
             await asyncio.wait_for(task, timeout=timeout_s)
@@ -139,7 +139,7 @@ async def kill_inside_handler(client: redis.Redis, command: list[str], timeout_s
     stream = command[command.index("--stream") + 1]
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        held = await _until(lambda: _held_by(client, stream, CRASHED), timeout_s)
+        held = await until(lambda: _held_by(client, stream, CRASHED), timeout_s)
         await asyncio.sleep(0.3)  # well inside the handler's sleep
     finally:
         proc.kill()
@@ -160,7 +160,9 @@ def _settled(client: redis.Redis, stream: str, ledger: Path, event_id: str, dedu
     return dedupe == "redis" or charges_for(ledger, event_id) >= 1
 
 
-async def _until(check: Callable[[], bool], timeout_s: float) -> bool:
+async def until(check: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``check`` until it holds or ``timeout_s`` passes; its last answer. It runs in a thread:
+    it may query Redis or the ledger while the worker's tasks go on."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if await asyncio.to_thread(check):

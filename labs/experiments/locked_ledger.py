@@ -9,7 +9,7 @@ delivery attempt on every failed charge would dead-letter every event that arriv
 What the run records is what an operator would look at, none of it from the worker's own
 counts: the ledger (charges, their times), the DLQ, the PEL and the group's lag sampled at
 the end of the hold (the messages in hand and their delivery counters), and the store
-breaker's log lines. Tests: ``tests/test_store_outage_run.py``; every kind of store fault
+breaker's log lines. Tests: ``tests/test_locked_ledger.py``; every kind of store fault
 for every strategy: ``tests/test_store_outage.py``.
 """
 
@@ -20,7 +20,6 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,13 @@ from typing import Any
 import redis
 
 from labs.experiments.pool_and_dlq import GROUP, add_orders, base_settings, charges
+from labs.experiments.worker_crash import until
+from solutions.ledger import read_rows
 from solutions.metrics import Snapshot
 from solutions.worker import Worker
 
 BREAKER_LOGGER = "solutions.store_breaker"
+CHARGED = "SELECT event_id, charged_at FROM charges"
 
 
 @dataclass(frozen=True)
@@ -62,20 +64,6 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-async def _until(done: Callable[[], bool], timeout_s: float, worker_task: asyncio.Task[Any]) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not worker_task.done():
-        if done():
-            return True
-        await asyncio.sleep(0.02)
-    return done()
-
-
-def _charge_rows(ledger: Path) -> list[tuple[str, float]]:
-    with contextlib.closing(sqlite3.connect(ledger, timeout=5)) as db:
-        return [(str(e), float(t)) for e, t in db.execute("SELECT event_id, charged_at FROM charges")]
-
-
 async def locked_ledger_run(
     redis_url: str, stream: str, ledger: Path, *, before: int = 5, during: int = 20, hold_s: float = 2.0,
     max_attempts: int = 3, min_idle_ms: int = 100, timeout_s: float = 30.0,
@@ -97,7 +85,7 @@ async def locked_ledger_run(
             sent = before + during
             try:
                 add_orders(client, stream, before)
-                await _until(lambda: charges(ledger) >= before, timeout_s, task)
+                await until(lambda: task.done() or charges(ledger) >= before, timeout_s)
                 holder = sqlite3.connect(ledger, isolation_level=None, timeout=5)
                 holder.execute("BEGIN IMMEDIATE")  # the write lock: every write of the worker now waits, then fails
                 locked_at = time.monotonic()
@@ -114,14 +102,15 @@ async def locked_ledger_run(
                     holder.close()
 
                 def settled() -> bool:
-                    return (int(client.xpending(stream, GROUP)["pending"]) == 0
-                            and len({e for e, _ in _charge_rows(ledger)}) + client.xlen(f"{stream}:dlq") >= sent)
+                    done = len({row[0] for row in read_rows(ledger, CHARGED)}) + client.xlen(f"{stream}:dlq")
+                    return int(client.xpending(stream, GROUP)["pending"]) == 0 and done >= sent
 
-                finished = await _until(settled, timeout_s, task)
+                await until(lambda: task.done() or settled(), timeout_s)
+                finished = settled()
             finally:
                 worker.request_stop()
                 await asyncio.wait_for(task, 30)
-            charged = _charge_rows(ledger)
+            charged = read_rows(ledger, CHARGED)
             per_event: dict[str, int] = {}
             for event_id, _ in charged:
                 per_event[event_id] = per_event.get(event_id, 0) + 1

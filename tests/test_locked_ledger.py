@@ -1,4 +1,4 @@
-"""labs.experiments.store_outage on real Redis and a real SQLite lock: what notebook 06's section 7 shows."""
+"""labs.experiments.locked_ledger on real Redis and a real SQLite lock: what notebook 06's section 7 shows."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from labs.experiments.store_outage import locked_ledger_run
+from labs.experiments.locked_ledger import locked_ledger_run
 
 pytestmark = pytest.mark.timeout(60)
 
