@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup redis-bin browser monitoring-bin up-monitoring check-rules \
+.PHONY: help setup redis-bin browser monitoring-bin netns-bin up-monitoring check-rules \
         up up-aof up-sentinel failover failover-hard status down \
         up-cluster failover-cluster failover-cluster-hard \
         jupyter student test lint clean bench lab-1 check-lab-1 kit notebooks-html
@@ -36,10 +36,13 @@ redis-bin:
 browser: ## Debian's chromium for the browser test (skipped with a reason where it cannot be installed)
 	@bash scripts/ensure-chromium.sh
 
+netns-bin: ## iproute2 and nftables for the partition experiments (skipped with a reason without root)
+	@bash scripts/ensure-netns.sh
+
 monitoring-bin: ## Prometheus, promtool, redis_exporter (Debian packages; a warning where they cannot be installed)
 	@bash scripts/ensure-monitoring.sh
 
-setup: $(STAMP) redis-bin browser monitoring-bin ## create .venv, install the packages, Redis, Chromium, Prometheus
+setup: $(STAMP) redis-bin browser monitoring-bin netns-bin ## create .venv, install the packages, Redis, Chromium, Prometheus
 
 up: setup ## start the single topology (no persistence, port 6390)
 	@$(LAB) up single

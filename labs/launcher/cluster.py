@@ -139,8 +139,10 @@ class ClusterTopology(Topology):
     def form(self) -> None:
         """``redis-cli --cluster create <nodes> --cluster-replicas 1 --cluster-yes``."""
         cli = binaries.require("redis-cli")
-        nodes = [f"127.0.0.1:{proc.port}" for proc in self.servers]
+        nodes = [f"{proc.host}:{proc.port}" for proc in self.servers]
         args = [cli, "--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"]
+        if self.fabric is not None:
+            args = self.fabric.exec_argv(None, args)  # from the hub, which reaches every node
         try:
             done = subprocess.run(args, capture_output=True, text=True, timeout=FORM_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
@@ -173,9 +175,9 @@ class ClusterTopology(Topology):
 
     def addresses(self) -> Addresses:
         """``url`` names the first live node (any node will do to start a cluster client); ``ports`` all six."""
-        live = next((proc.port for proc in self.servers if proc.pid() is not None), self.servers[0].port)
+        live = next((proc for proc in self.servers if proc.pid() is not None), self.servers[0])
         every = tuple(p.port for p in self.servers)
-        return Addresses(topology=self.name, url=f"redis://127.0.0.1:{live}/0", ports=every)
+        return Addresses(topology=self.name, url=f"redis://{live.host}:{live.port}/0", ports=every)
 
     def nodes(self) -> list[ClusterNode]:
         """``CLUSTER NODES`` as the first live node sees it."""
