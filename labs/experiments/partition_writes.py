@@ -63,7 +63,7 @@ class Writer:
         try:
             client.rpush(self.key, n)
         except redis.ResponseError as exc:  # NOREPLICAS, READONLY, CLUSTERDOWN, MOVED: not applied
-            return "refused", str(exc).split(" ", 1)[0]
+            return "refused", _reason(exc)
         except redis.RedisError as exc:  # a timeout or a reset: the client cannot know
             return "unknown", type(exc).__name__
         if self.wait_ms is None:
@@ -80,6 +80,11 @@ class Writer:
 
     def count(self, outcome: str) -> int:
         return sum(1 for w in list(self.records) if w.outcome == outcome)
+
+
+def _reason(exc: redis.ResponseError) -> str:
+    """``NOREPLICAS``, ``ReadOnlyError``, ``ClusterDownError``, ``MovedError`` ...: the error's name."""
+    return type(exc).__name__ if type(exc) is not redis.ResponseError else str(exc).split(" ", 1)[0]
 
 
 @dataclass(frozen=True)
