@@ -244,7 +244,8 @@ def figure(runs: Sequence[SplitBrainRun]) -> go.Figure:
             lost = [(x.t_s, i) for i, x in enumerate(acked, start=1) if x.value in w.lost_values]
             if lost:
                 fig.add_trace(go.Scatter(x=[t for t, _ in lost], y=[i for _, i in lost], mode="markers",
-                                         marker={"color": "black", "size": 3}, name="acked, then lost",
+                                         marker={"color": "black", "size": 2, "opacity": 0.5},
+                                     name="acked, then lost",
                                          legendgroup="lost", showlegend=row == 1), row=row, col=1)
         for at, text in ((0.0, "cut"), (run.promoted_s, "promoted"), (run.healed_s, "heal"),
                          (run.demoted_s, "demoted")):

@@ -312,12 +312,17 @@ class Fabric:
         self.heal()
         self.cut = (a, b)
         self.save()
+        # Each member drops what comes from the other side *and* what it would send there, so a link
+        # is cut as soon as either end has its rules: the first member cut (a master, listed first)
+        # loses every peer at once, never its replica's link before a client's.
         for mine, theirs in ((a, b), (b, a)):
-            sources = ", ".join(self.ip(name) for name in theirs)
+            peers = ", ".join(self.ip(name) for name in theirs)
             rules = (
                 f"add table inet {TABLE}\n"
                 f"add chain inet {TABLE} input {{ type filter hook input priority -10; policy accept; }}\n"
-                f"add rule inet {TABLE} input ip saddr {{ {sources} }} drop\n"
+                f"add chain inet {TABLE} output {{ type filter hook output priority -10; policy accept; }}\n"
+                f"add rule inet {TABLE} input ip saddr {{ {peers} }} drop\n"
+                f"add rule inet {TABLE} output ip daddr {{ {peers} }} drop\n"
             )
             for name in mine:
                 _run(["ip", "netns", "exec", self.member(name).ns, "nft", "-f", "-"], stdin=rules)
