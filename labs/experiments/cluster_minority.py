@@ -194,10 +194,12 @@ def figure(runs: Sequence[MinorityRun]) -> go.Figure:
     colours = {"a": "#d62728", "b": "#1f77b4", "other": "#2ca02c"}
     names = {"a": "a: cut-off master", "b": "b: same slot, majority", "other": "other shard, majority"}
     for row, run in enumerate(runs, start=1):
-        for w in run.writers:
+        for w in reversed(run.writers):  # the cut-off master's line last, on top of the other shard's
             acked = [x for x in w.writes if x.outcome == "acked"]
+            line = {"color": colours[w.name], "width": 3 if w.name == "a" else 1.5,
+                    "dash": "dot" if w.name == "other" else "solid"}
             fig.add_trace(go.Scatter(x=[x.t_s for x in acked], y=list(range(1, len(acked) + 1)), mode="lines",
-                                     name=names[w.name], line={"color": colours[w.name]}, legendgroup=w.name,
+                                     name=names[w.name], line=line, legendgroup=w.name,
                                      showlegend=row == 1), row=row, col=1)
             lost = [(x.t_s, i) for i, x in enumerate(acked, start=1) if x.value in w.lost_values]
             if lost:

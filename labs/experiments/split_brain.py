@@ -153,8 +153,8 @@ def _partitioned(
         stop.wait(max(0.0, cut + partition_s - time.monotonic()))
         healed = time.monotonic()
         fabric.heal()
-        demoted = wait_for(lambda: _linked_replica(old), DEMOTION_TIMEOUT_S, "Sentinel to demote the old master")
-        wait_for(lambda: _caught_up(replica, old), 10, "the old master to resync")
+        demoted = wait_for(lambda: linked_replica(old), DEMOTION_TIMEOUT_S, "Sentinel to demote the old master")
+        wait_for(lambda: caught_up(replica, old), 10, "the old master to resync")
         stop.wait(0.3)
     finally:
         stop.set()
@@ -170,7 +170,7 @@ def _partitioned(
     return run
 
 
-def _linked_replica(proc: RedisProcess) -> bool:
+def linked_replica(proc: RedisProcess) -> bool:
     with contextlib.closing(proc.client()) as client:
         try:
             info = client.info("replication")
@@ -179,7 +179,7 @@ def _linked_replica(proc: RedisProcess) -> bool:
     return info.get("role") == "slave" and info.get("master_link_status") == "up"
 
 
-def _caught_up(master: RedisProcess, replica: RedisProcess) -> bool:
+def caught_up(master: RedisProcess, replica: RedisProcess) -> bool:
     with contextlib.closing(master.client()) as m, contextlib.closing(replica.client()) as r:
         try:
             return int(m.info("replication")["master_repl_offset"]) <= int(r.info("replication")["slave_repl_offset"])
