@@ -99,9 +99,9 @@ check-lab-1: setup ## lab 1's checks against your code: make check-lab-1 IMPL=my
 	@$(PY) -m labs.lab1.check --impl $(or $(IMPL),solutions.lab1) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
 
 .PHONY: lab-3 check-lab-3
-lab-3: setup ## lab 3: three workers, normal / crash / failover / SIGTERM x dedupe, report (~4 min; QUICK=1 ~2.5 min, WORKER="cmd", REPEAT=3, TOPOLOGY=cluster)
+lab-3: setup ## lab 3: three workers, normal / crash / failover / SIGTERM x dedupe, report (~4 min; QUICK=1 ~2.5 min, WORKER="cmd", REPEAT=3, TOPOLOGY=cluster, MODE=partition as root)
 	@$(PY) -m labs.lab3 $(if $(QUICK),--quick) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(FAILOVER),--failover $(FAILOVER)) \
-		$(if $(TOPOLOGY),--topology $(TOPOLOGY)) \
+		$(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(MODE),--modes $(MODE)) \
 		$(if $(WORKER),--worker '$(WORKER)') $(LAB3_ARGS)
 
 check-lab-3: setup ## lab 3's checks against your worker (~2 min): make check-lab-3 WORKER="./billing-worker"
