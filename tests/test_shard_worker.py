@@ -11,7 +11,6 @@ import logging
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -188,15 +187,23 @@ def test_no_cluster_at_start_is_one_line_and_sigterm_still_drains(tmp_path: Path
     proc = subprocess.Popen([sys.executable, "-m", "solutions.billing", "--cluster", f"127.0.0.1:{free_port()}",
                              "--shards", "3", "--ledger", str(tmp_path / "l.db")], cwd=ROOT,
                             stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
     try:
-        time.sleep(3.0)
+        assert proc.stderr is not None
+        # The signal comes once the worker is confirmed to be retrying (its handlers are in place by
+        # then), never after a guessed pause: a slow start would otherwise die of SIGTERM's default.
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if "connecting to the cluster" in line and "failed, retrying" in line:
+                break
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
+        _, rest = proc.communicate(timeout=20)
+        lines += rest.strip().splitlines()
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = "\n".join(lines)
     assert proc.returncode == 0, err
-    lines = err.strip().splitlines()
     assert sum("connecting to the cluster" in ln and "failed, retrying" in ln for ln in lines) == 1, err
     assert "drain complete" in lines[-1] and "Traceback" not in err
     assert len(lines) <= 4, err  # the failure, the signal, the drain: not a line per attempt
