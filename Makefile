@@ -50,8 +50,8 @@ up: setup ## start the single topology (no persistence, port 6390)
 up-aof: setup ## start the aof topology (appendonly everysec, port 6391)
 	@$(LAB) up aof
 
-up-sentinel: setup ## start master 6392, replica 6393, sentinels 26390-26392
-	@$(LAB) up sentinel
+up-sentinel: setup ## start master 6392, replica 6393, sentinels 26390-26392 (NETNS=1: each in a network namespace, root)
+	@$(LAB) up sentinel $(if $(NETNS),--netns)
 
 failover: setup ## graceful SENTINEL FAILOVER, timed
 	@$(LAB) failover
@@ -59,8 +59,8 @@ failover: setup ## graceful SENTINEL FAILOVER, timed
 failover-hard: setup ## kill -9 of the current master, timed
 	@$(LAB) failover --hard
 
-up-cluster: setup ## start the cluster: 3 masters + 3 replicas on 6400-6405 (bus ports +10000)
-	@$(LAB) up cluster
+up-cluster: setup ## start the cluster: 3 masters + 3 replicas on 6400-6405 (bus ports +10000; NETNS=1 as for up-sentinel)
+	@$(LAB) up cluster $(if $(NETNS),--netns)
 
 failover-cluster: setup ## CLUSTER FAILOVER on the replica of the master with slot 0, timed
 	@$(LAB) failover cluster
