@@ -104,7 +104,9 @@ class ClusterTopology(Topology):
         """Wipe the nodes' saved state (``nodes.conf``, AOF) if it describes a cluster on other ports."""
         mine = {proc.port for proc in self.servers}
         saved = [_saved_ports(proc) for proc in self.servers]
-        if all(s is None for s in saved) or all(s == mine for s in saved):
+        hosts = {proc.host for proc in self.servers}  # --netns or not: the addresses the nodes met each other at
+        same_hosts = all(_saved_hosts(proc) <= hosts for proc in self.servers)
+        if all(s is None for s in saved) or (all(s == mine for s in saved) and same_hosts):
             return
         log.warning("the saved cluster state under %s is for other ports; starting a new cluster", self.home)
         for proc in self.servers:
@@ -261,6 +263,15 @@ class ClusterTopology(Topology):
             if serving is None or serving.node_id != new.node_id:
                 return f"{proc.name} names {serving and serving.port} as master of slot {slot}"
         return ""
+
+
+def _saved_hosts(proc: RedisProcess) -> set[str]:
+    """The node addresses a node's ``nodes.conf`` lists (empty when it has none)."""
+    path = proc.data_dir / "nodes.conf"
+    if not path.exists():
+        return set()
+    words = (line.split() for line in path.read_text(errors="replace").splitlines())
+    return {w[1].split("@")[0].rsplit(":", 1)[0] for w in words if len(w) >= 8 and ":" in w[1]}
 
 
 def _saved_ports(proc: RedisProcess) -> set[int] | None:
