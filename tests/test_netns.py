@@ -126,3 +126,18 @@ def test_a_member_on_both_sides_is_refused(fabric: netns.Fabric) -> None:
         fabric.partition(["a", "b"], ["b"])
     with contextlib.suppress(LauncherError):
         fabric.heal()
+
+
+def test_a_saved_cluster_state_from_other_addresses_is_recognised(tmp_path: Path) -> None:
+    """``up cluster --netns`` after a plain run (or back) must form a new cluster, not reuse nodes.conf."""
+    from labs.launcher.cluster import _saved_hosts
+
+    proc = RedisProcess("redis-7000", 7000, tmp_path, "redis-server")
+    proc.data_dir.mkdir()
+    assert _saved_hosts(proc) == set()
+    (proc.data_dir / "nodes.conf").write_text(
+        "a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n"
+        "b2 127.0.0.1:7001@17001 master - 0 0 2 connected 5461-10922\n"
+        "vars currentEpoch 2 lastVoteEpoch 0\n"
+    )
+    assert _saved_hosts(proc) == {"127.0.0.1"}
