@@ -23,18 +23,31 @@ def test_parse_switch() -> None:
     assert parse_switch(b"garbage") is None
 
 
+async def _until_blocked_in_xread(admin: aioredis.Redis, name: str, *, timeout_s: float) -> None:
+    """Poll CLIENT LIST until the client called ``name`` is blocked (flag b) in its XREAD."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        clients = await admin.client_list()
+        if any(c.get("name") == name and "b" in c.get("flags", "") and c.get("cmd") == "xread" for c in clients):
+            return
+        assert time.monotonic() < deadline, f"the XREAD of {name} never blocked on the server: {clients}"
+        await asyncio.sleep(0.02)
+
+
 @pytest.mark.timeout(30)
 def test_a_switch_ends_a_blocked_read_at_once_and_is_acted_on_once(redis_url: str, key_prefix: str) -> None:
     asyncio.run(_switch_ends_a_blocked_read(redis_url, key_prefix))
 
 
 async def _switch_ends_a_blocked_read(redis_url: str, key_prefix: str) -> None:
-    client = aioredis.Redis.from_url(redis_url, socket_timeout=10, retry=None)
+    name = f"{key_prefix}reader".replace(":", "-")
+    client = aioredis.Redis.from_url(redis_url, socket_timeout=10, retry=None, client_name=name)
+    admin = aioredis.Redis.from_url(redis_url)
     watch = FailoverWatch(client, (("127.0.0.1", 1),), "mymaster")
     try:
         await client.ping()
         blocked = asyncio.ensure_future(client.xread({f"{key_prefix}none": "$"}, block=8000))
-        await asyncio.sleep(0.2)  # let the XREAD reach the server and block there
+        await _until_blocked_in_xread(admin, name, timeout_s=5.0)
         assert not blocked.done()
         started = time.monotonic()
         message = {"type": "message", "data": b"mymaster 127.0.0.1 7000 127.0.0.1 7001"}
@@ -48,3 +61,4 @@ async def _switch_ends_a_blocked_read(redis_url: str, key_prefix: str) -> None:
         assert await client.ping()  # the client reconnects by itself
     finally:
         await client.aclose()
+        await admin.aclose()
