@@ -141,8 +141,8 @@ class Producer:
         except BusyLoadingError as exc:  # a -LOADING reply: the XADD was not executed
             self.streak.failed(exc)
             return Outcome(REFUSED, error=describe(exc))
-        except Exception as exc:  # each attempt's outcome is in --log; stderr gets one line per streak
-            self.streak.failed(exc)
+        except (RedisError, OSError) as exc:  # connection lost, timeout, no master: the XADD may have landed
+            self.streak.failed(exc)  # each attempt's outcome is in --log; stderr gets one line per streak
             return Outcome(UNKNOWN, error=describe(exc))
         if isinstance(replies[0], ResponseError):  # OOM, READONLY ...: Redis did not write the entry
             self.streak.failed(replies[0])
@@ -259,7 +259,7 @@ async def _to_one_stream(args: argparse.Namespace, stop: asyncio.Event, out: IO[
                      socket_timeout_s=wait_s + SOCKET_MARGIN_S)
     watch = asyncio.create_task(FailoverWatch(client, sentinels, args.master_name).run(), name="failover-watch")
     try:
-        with suppress(Exception):  # connect before the schedule starts; a Redis that is down shows in the sends
+        with suppress(RedisError, OSError):  # connect before the schedule; a Redis that is down shows in the sends
             await client.ping()
         return await Producer(client, args, out).run(stop)
     finally:

@@ -6,6 +6,8 @@ The end-to-end case (a SIGSTOPped master under Sentinel) is in ``tests/test_fail
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 
 import pytest
@@ -62,3 +64,34 @@ async def _switch_ends_a_blocked_read(redis_url: str, key_prefix: str) -> None:
     finally:
         await client.aclose()
         await admin.aclose()
+
+
+@pytest.mark.timeout(30)
+def test_an_unexpected_error_is_logged_at_warning_once_and_the_watch_goes_on(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the listener (not a sentinel outage) is a WARNING the first time, DEBUG after; the watch retries."""
+    calls = 0
+
+    async def broken_listen(self: FailoverWatch, subscriber: object) -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError(f"a bug, call {calls}")
+
+    async def scenario() -> None:
+        watch = FailoverWatch(aioredis.Redis(), (("127.0.0.1", 1),), "mymaster")
+        monkeypatch.setattr(FailoverWatch, "_listen", broken_listen)
+        task = asyncio.ensure_future(watch.run())
+        deadline = time.monotonic() + 20
+        while watch.unexpected_errors < 3:
+            assert time.monotonic() < deadline and not task.done(), "the watch stopped retrying"
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    with caplog.at_level(logging.DEBUG, logger="solutions.failover_watch"):
+        asyncio.run(scenario())
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "unexpected error" in warnings[0].getMessage() and "call 1" in warnings[0].getMessage()
+    assert sum("unexpected error again" in r.getMessage() for r in caplog.records) >= 2
