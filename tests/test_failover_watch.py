@@ -93,5 +93,6 @@ def test_an_unexpected_error_is_logged_at_warning_once_and_the_watch_goes_on(
     with caplog.at_level(logging.DEBUG, logger="solutions.failover_watch"):
         asyncio.run(scenario())
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "unexpected error" in warnings[0].getMessage() and "call 1" in warnings[0].getMessage()
+    assert len(warnings) == 1, warnings
+    assert "unexpected error" in warnings[0].getMessage() and "call 1" in warnings[0].getMessage()
     assert sum("unexpected error again" in r.getMessage() for r in caplog.records) >= 2
