@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from redis.crc import key_slot
 
-from solutions.settings import Settings
+from solutions.settings import InputError, Settings
 
 if TYPE_CHECKING:
     from solutions.cluster_router import ClusterRouter
@@ -49,6 +49,24 @@ MAX_CANDIDATES = 100_000
 
 class ShardCountError(ValueError):
     """The stream already has a shard set of another size; it cannot change."""
+
+
+class ShardRegistryError(InputError):
+    """``<stream>:shards`` holds something that is not a shard set (``{"tags": [distinct strings]}``)."""
+
+
+def parse_registry(key: str, raw: str | bytes) -> list[str]:
+    """The tags stored in the registry key, or :class:`ShardRegistryError` saying what is wrong."""
+    try:
+        tags = json.loads(raw)["tags"]
+    except (ValueError, KeyError, TypeError):
+        tags = None
+    if (not isinstance(tags, list) or not tags or not all(isinstance(t, str) and t for t in tags)
+            or len(set(tags)) != len(tags)):
+        shown = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        raise ShardRegistryError(f"{key} does not hold a shard set (expected JSON {{\"tags\": [...]}} with "
+                                 f"distinct tags, found {shown[:80]!r}); delete it if nothing uses it")
+    return tags
 
 
 def shard_name(stream: str, tag: str) -> str:
@@ -160,7 +178,7 @@ async def ensure_shards(router: ClusterRouter, stream: str, n_shards: int | None
         if not await client.set(key, json.dumps({"tags": tags}), nx=True):
             raw = await client.get(key)
     if raw is not None:
-        tags = json.loads(raw)["tags"]
+        tags = parse_registry(key, raw)
     if n_shards is not None and len(tags) != n_shards:
         raise ShardCountError(
             f"{stream!r} has {len(tags)} shards (fixed for its life, in {key}); {n_shards} cannot change that"
