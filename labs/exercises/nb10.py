@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -161,7 +161,8 @@ def _verify_heaviest(ns: Mapping[str, Any]) -> str:
 
 def _read_one(client: redis.Redis, stream: str) -> None:
     """The busy group's consumer at work: one entry read and acked (its idle time starts again)."""
-    for _, entries in client.xreadgroup(GROUP, "c1", {stream: ">"}, count=1) or []:
+    reply = cast(list[Any], client.xreadgroup(GROUP, "c1", {stream: ">"}, count=1) or [])
+    for _, entries in reply:
         client.xack(stream, GROUP, *(msg_id for msg_id, _ in entries))
 
 

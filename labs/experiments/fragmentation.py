@@ -132,7 +132,7 @@ def delete_all(client: redis.Redis, *, keys: int, prefix: str = "frag:") -> Memo
 
 def purge(client: redis.Redis) -> MemoryView:
     """``MEMORY PURGE`` (jemalloc: give back the pages no live value uses), then the view."""
-    client.execute_command("MEMORY", "PURGE")
+    client.execute_command("MEMORY", "PURGE")  # type: ignore[no-untyped-call]
     return MemoryView.read(client)
 
 
@@ -164,7 +164,7 @@ def try_activedefrag(client: redis.Redis, *, wait_s: float = DEFRAG_WAIT_S) -> D
 
 def doctor(client: redis.Redis) -> str:
     """``MEMORY DOCTOR``'s report (text)."""
-    reply = client.execute_command("MEMORY", "DOCTOR")
+    reply = client.execute_command("MEMORY", "DOCTOR")  # type: ignore[no-untyped-call]
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
