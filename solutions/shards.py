@@ -6,8 +6,9 @@ hashed, so the tag alone decides the slot (and a shard's DLQ, markers and leases
 the same tag, share that slot and every script on them stays single-slot).
 
 The tags are chosen from ``CLUSTER SLOTS`` (:func:`plan_tags`): shard *i* goes to the *i*-th
-master round robin, and its tag is the first of ``i``, ``i-1``, ``i-2`` ... whose slot that
-master serves. Naive tags ``0 .. N-1`` do not spread: on the lab cluster ``{0}``, ``{1}``,
+master round robin, and its tag is the first of the strings ``"i"``, ``"i-1"``, ``"i-2"`` ... (names,
+not subtraction: shard 2 tries ``"2"``, ``"2-1"``, ``"2-2"``) whose slot that master serves and no
+earlier shard took. Naive tags ``0 .. N-1`` do not spread: on the lab cluster ``{0}``, ``{1}``,
 ``{2}`` hash to slots 13907, 9842 and 5649, two shards on the second master and none on the
 first.
 
@@ -94,8 +95,8 @@ def naive_tags(n_shards: int) -> list[str]:
 def plan_tags(stream: str, n_shards: int, masters: Sequence[Sequence[SlotRange]]) -> list[str]:
     """Tags that put shard *i* on master ``i mod M`` (masters given by their slot ranges, in slot order).
 
-    Each tag is the first of ``i``, ``i-1``, ``i-2`` ... whose slot the wanted master serves and
-    that no earlier shard took, so that each shard can later move alone.
+    Each tag is the first of the strings ``"i"``, ``"i-1"``, ``"i-2"`` ... whose slot the wanted
+    master serves and that no earlier shard took, so that each shard can later move alone.
     """
     if n_shards < 1 or not masters:
         raise ValueError("need n_shards >= 1 and at least one master with slots")

@@ -9,7 +9,8 @@ and wait, with a deadline, for the scrape that shows the prepared streams:
   from the exporter's raw series (no ``stream_group:`` recording rule). Prepared: stream
   ``P + "ex:lag:orders"`` whose group read up to an entry 20 s older than the newest one.
 - 10.4 «Самый тяжёлый ключ»: ``heaviest``, the key under ``P + "ex:big:"`` that takes the most
-  memory (``MEMORY USAGE``), which ``--bigkeys`` (it counts elements per type) does not say.
+  memory (``MEMORY USAGE``), which ``--bigkeys`` does not say (it compares keys within a type only,
+  hashes and lists by element count, strings by length; ``--memkeys`` ranks each type by memory).
 - 10.5 «Правило без ложной тревоги»: ``alert_expr``, PromQL that returns a group with a backlog
   and only idle consumers, and neither a quiet group whose consumer is just as idle nor a busy
   group whose backlog a live consumer is reading. Prepared: ``P + "ex:stuck:orders"`` (backlog,
@@ -153,8 +154,9 @@ def _verify_heaviest(ns: Mapping[str, Any]) -> str:
     expect(isinstance(heaviest, str), "`heaviest` должен быть именем ключа (строкой).")
     expect(heaviest in usage, "Такого ключа под префиксом задания нет: берите имена из SCAN с MATCH.")
     expect(usage[heaviest] == max(usage.values()),
-           "Это не самый тяжёлый ключ по памяти. --bigkeys сравнивает число элементов внутри одного типа, "
-           "а задание — байты: MEMORY USAGE ключа (с SAMPLES 0, чтобы посчитать все элементы).")
+           "Это не самый тяжёлый ключ по памяти. --bigkeys сравнивает ключи только внутри типа (хеши и "
+           "списки — по числу элементов, строки — по длине), а задание — байты памяти: MEMORY USAGE ключа "
+           "(с SAMPLES 0, чтобы посчитать все элементы) или redis-cli --memkeys.")
     return (f"{heaviest}: {usage[heaviest]:,} байт — больше всех под префиксом. По числу элементов лидер "
             "другой: поэтому большие ключи ищут по MEMORY USAGE, а --bigkeys — только первая прикидка.")
 
