@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import redis
-from billing_support import ROOT, error_count, hold_ledger_lock, release_ledger_lock, until, wait_until
+from billing_support import ROOT, error_count, hold_ledger_lock, release_ledger_lock, until
 
 from labs.experiments.cluster_load import fill, key_order_violations, read_charges
 from labs.experiments.cluster_worker import running, startup_nodes, worker_settings
@@ -191,22 +191,26 @@ def test_a_locked_ledger_pauses_every_shard_and_nothing_is_dead_lettered(
 def test_no_cluster_at_start_is_one_line_and_sigterm_still_drains(tmp_path: Path) -> None:
     """Nothing listens on the node given: the worker waits with backoff (one line, no hot loop) and a
     SIGTERM meanwhile ends it cleanly."""
-    log = tmp_path / "worker.err"
-    with log.open("w") as err_file:
-        proc = subprocess.Popen([sys.executable, "-m", "solutions.billing", "--cluster", f"127.0.0.1:{free_port()}",
-                                 "--shards", "3", "--ledger", str(tmp_path / "l.db")], cwd=ROOT,
-                                stderr=err_file, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "solutions.billing", "--cluster", f"127.0.0.1:{free_port()}",
+                             "--shards", "3", "--ledger", str(tmp_path / "l.db")], cwd=ROOT,
+                            stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
     try:
-        wait_until(lambda: "failed, retrying" in log.read_text(), 20, "the worker to log its first failed connect")
-        time.sleep(1.0)  # a second of retries with backoff, which must not add a line each
+        assert proc.stderr is not None
+        # The signal comes once the worker is confirmed to be retrying (its handlers are in place by
+        # then), never after a guessed pause: a slow start would otherwise die of SIGTERM's default.
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if "connecting to the cluster" in line and "failed, retrying" in line:
+                break
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=20)
+        _, rest = proc.communicate(timeout=20)
+        lines += rest.strip().splitlines()
     finally:
         if proc.poll() is None:
             proc.kill()
-    err = log.read_text()
+    err = "\n".join(lines)
     assert proc.returncode == 0, err
-    lines = err.strip().splitlines()
     assert sum("connecting to the cluster" in ln and "failed, retrying" in ln for ln in lines) == 1, err
     assert "drain complete" in lines[-1] and "Traceback" not in err
     assert len(lines) <= 4, err  # the failure, the signal, the drain: not a line per attempt

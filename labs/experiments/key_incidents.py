@@ -149,14 +149,19 @@ def _stream_length(api: PrometheusAPI, node: str, stream: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-def wait_scraped(api: PrometheusAPI, node: str, stream: str, timeout_s: float = 15.0) -> float:
-    """Poll until Prometheus has scraped ``stream`` on ``node``; its length."""
+def wait_scraped(api: PrometheusAPI, node: str, stream: str, length: int, timeout_s: float = 15.0) -> float:
+    """Poll until Prometheus has scraped ``stream`` on ``node`` at its full ``length``; that length.
+
+    A scrape can land while the stream is being written (or show a previous run's series): the
+    figure read before the fault is the one that matches what Redis holds, not the first one seen.
+    """
     deadline = time.monotonic() + timeout_s
-    while (length := _stream_length(api, node, stream)) is None:
+    while (seen := _stream_length(api, node, stream)) != length:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"Prometheus did not scrape {stream} on {node} within {timeout_s:g} s")
+            raise TimeoutError(f"Prometheus did not scrape {stream} on {node} at length {length} within "
+                               f"{timeout_s:g} s (last seen: {seen})")
         time.sleep(0.5)
-    return length
+    return seen
 
 
 def evict_stream(
@@ -173,7 +178,7 @@ def evict_stream(
     stream = f"{prefix}evict:orders"
     client.delete(stream)
     eviction.prepare_queue(client, stream)
-    before = wait_scraped(api, node, stream)
+    before = wait_scraped(api, node, stream, int(client.xlen(stream)))
     policy = str(client.config_get("maxmemory-policy")["maxmemory-policy"])
     eviction.wait_idle(client, stream, int(eviction.LRU_TICK_S))
     fault_at = time.time()

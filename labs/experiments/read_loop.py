@@ -133,14 +133,16 @@ def work_held_at_crash(
     count: int,
     read_ahead: bool,
     entries: int = 200,
-    work_ms: int = 5,
+    work_ms: int = 20,
     crash_after_handled: int = 10,
 ) -> HeldAtCrash:
     """Run one consumer on ``entries`` entries; it "crashes" (no more work, no acks) after N handled.
 
     ``read_ahead=False``: read ``COUNT``, handle each, ``XACK`` each, read again.
     ``read_ahead=True``: read ``COUNT``, hand each to a pool of 2 threads with an unbounded
-    queue, read again at once. The PEL is sampled after every read.
+    queue, read again at once. The PEL is sampled after every read. ``work_ms`` is long beside a
+    read's round trip (about 0.2 ms), so that the read-ahead loop runs far ahead of the work even
+    on a loaded machine where the reading thread waits for a core.
     """
     with contextlib.closing(redis.Redis.from_url(redis_url, decode_responses=True)) as client:
         fresh_group(client, stream, entries)
