@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from require_support import skip_area
 
 from labs.launcher import netns
 
@@ -13,11 +14,11 @@ from labs.launcher import netns
 def skip_without_netns() -> None:
     """Skip the calling test with the one line that says why partitions cannot run here.
 
-    Every partition test skips through this function, so that a switch making such skips
-    failures (``LAB_REQUIRE=all`` in CI) has one place to hook.
+    Every partition test skips through this function: the ``netns`` area of
+    ``tests/require_support.py``, a failure under ``LAB_REQUIRE=all`` (or ``netns``).
     """
     if (reason := netns.unavailable_reason()) is not None:
-        pytest.skip(f"partitions: {reason}")
+        skip_area("netns", f"partitions: {reason}")
 
 
 @pytest.fixture
