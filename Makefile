@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup redis-bin browser monitoring-bin up-monitoring check-rules \
+.PHONY: help setup redis-bin browser monitoring-bin netns-bin up-monitoring check-rules \
         up up-aof up-sentinel failover failover-hard status down \
         up-cluster failover-cluster failover-cluster-hard \
         jupyter student test lint clean bench lab-1 check-lab-1 kit notebooks-html
@@ -36,10 +36,13 @@ redis-bin:
 browser: ## Debian's chromium for the browser test (skipped with a reason where it cannot be installed)
 	@bash scripts/ensure-chromium.sh
 
+netns-bin: ## iproute2 and nftables for the partition experiments (skipped with a reason without root)
+	@bash scripts/ensure-netns.sh
+
 monitoring-bin: ## Prometheus, promtool, redis_exporter (Debian packages; a warning where they cannot be installed)
 	@bash scripts/ensure-monitoring.sh
 
-setup: $(STAMP) redis-bin browser monitoring-bin ## create .venv, install the packages, Redis, Chromium, Prometheus
+setup: $(STAMP) redis-bin browser monitoring-bin netns-bin ## create .venv, install the packages, Redis, Chromium, Prometheus
 
 up: setup ## start the single topology (no persistence, port 6390)
 	@$(LAB) up single
@@ -47,8 +50,8 @@ up: setup ## start the single topology (no persistence, port 6390)
 up-aof: setup ## start the aof topology (appendonly everysec, port 6391)
 	@$(LAB) up aof
 
-up-sentinel: setup ## start master 6392, replica 6393, sentinels 26390-26392
-	@$(LAB) up sentinel
+up-sentinel: setup ## start master 6392, replica 6393, sentinels 26390-26392 (NETNS=1: each in a network namespace, root)
+	@$(LAB) up sentinel $(if $(NETNS),--netns)
 
 failover: setup ## graceful SENTINEL FAILOVER, timed
 	@$(LAB) failover
@@ -56,8 +59,8 @@ failover: setup ## graceful SENTINEL FAILOVER, timed
 failover-hard: setup ## kill -9 of the current master, timed
 	@$(LAB) failover --hard
 
-up-cluster: setup ## start the cluster: 3 masters + 3 replicas on 6400-6405 (bus ports +10000)
-	@$(LAB) up cluster
+up-cluster: setup ## start the cluster: 3 masters + 3 replicas on 6400-6405 (bus ports +10000; NETNS=1 as for up-sentinel)
+	@$(LAB) up cluster $(if $(NETNS),--netns)
 
 failover-cluster: setup ## CLUSTER FAILOVER on the replica of the master with slot 0, timed
 	@$(LAB) failover cluster
@@ -96,9 +99,9 @@ check-lab-1: setup ## lab 1's checks against your code: make check-lab-1 IMPL=my
 	@$(PY) -m labs.lab1.check --impl $(or $(IMPL),solutions.lab1) $(if $(REDIS_URL),--redis-url $(REDIS_URL))
 
 .PHONY: lab-3 check-lab-3
-lab-3: setup ## lab 3: three workers, normal / crash / failover / SIGTERM x dedupe, report (~4 min; QUICK=1 ~2.5 min, WORKER="cmd", REPEAT=3, TOPOLOGY=cluster)
+lab-3: setup ## lab 3: three workers, normal / crash / failover / SIGTERM x dedupe, report (~4 min; QUICK=1 ~2.5 min, WORKER="cmd", REPEAT=3, TOPOLOGY=cluster, MODE=partition as root)
 	@$(PY) -m labs.lab3 $(if $(QUICK),--quick) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(FAILOVER),--failover $(FAILOVER)) \
-		$(if $(TOPOLOGY),--topology $(TOPOLOGY)) \
+		$(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(if $(MODE),--modes $(MODE)) \
 		$(if $(WORKER),--worker '$(WORKER)') $(LAB3_ARGS)
 
 check-lab-3: setup ## lab 3's checks against your worker (~2 min): make check-lab-3 WORKER="./billing-worker"

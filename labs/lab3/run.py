@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", choices=tuple(DEPLOYMENTS), default="sentinel",
                    help="the native Sentinel topology, or the native Redis Cluster (each stream in three shards)")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated dedupe strategies")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="comma-separated modes; 'partition' alone: a real network partition (root)")
     p.add_argument("--worker", action="append", default=[], metavar="[LABEL=]CMD",
                    help=f"worker command (default ${WORKER_VAR}, else the reference); repeat it, as LABEL=CMD, to run "
                    "several side by side ('reference' is the reference)")
@@ -173,6 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     console = make_console()
+    if args.modes == "partition":  # a real network partition: its own runner (labs/lab3/partition.py)
+        from labs.lab3.partition import run_partition
+
+        return run_partition(console, topology=args.topology, quick=args.quick,
+                             worker=args.worker[0] if args.worker else None, reports_dir=args.reports_dir)
     try:
         s = settings_from_args(args)
     except ValueError as exc:

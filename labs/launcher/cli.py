@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from labs.launcher import monitoring_cli
+from labs.launcher import monitoring_cli, netns
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.ports import DEFAULTS
@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start a topology, or reuse it when it already runs")
     up.add_argument("topology", choices=TOPOLOGIES, nargs="?", default="single")
+    up.add_argument("--netns", action="store_true",
+                    help="sentinel, cluster: each process in a network namespace of its own (root; for partitions)")
     st = sub.add_parser("status", help="roles, ports, replication offsets, each sentinel's master")
     st.add_argument("topology", choices=(*TOPOLOGIES, "all"), nargs="?", default="all")
     fo = sub.add_parser("failover", help="fail the sentinel topology (or the cluster) over and time it")
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         for status in shown:
             _print_status(status)
         monitoring_cli.print_status(console)
+        _print_namespaces()
         if not shown:
             console.print(
                 "no topology is running "
@@ -102,11 +105,19 @@ def run(args: argparse.Namespace) -> int:
     for name in _names(args.topology):
         stopped += Topology.from_env(name).stop()
     console.print(f"stopped {len(stopped)} process(es)" + (f": pids {stopped}" if stopped else ""))
+    if args.topology == "all" and (removed := netns.remove_registered()):
+        console.print(f"removed {len(removed)} network namespace(s) left by partition runs of this checkout")
     return 0
 
 
+def _print_namespaces() -> None:
+    """The workbook's network namespaces (partition runs), this checkout's and any other session's."""
+    for run_id, names in netns.leftovers().items():
+        console.print(f"network namespaces of run {run_id}: {len(names)} ({', '.join(names[:3])} ...)")
+
+
 def _up(args: argparse.Namespace) -> int:
-    topo = Topology.from_env(args.topology)
+    topo = Topology.from_env(args.topology, netns=args.netns)
     before = [p.pid() for p in topo.processes]
     addrs = topo.ensure()
     verb = "reused" if all(before) else "started"

@@ -104,7 +104,9 @@ class ClusterTopology(Topology):
         """Wipe the nodes' saved state (``nodes.conf``, AOF) if it describes a cluster on other ports."""
         mine = {proc.port for proc in self.servers}
         saved = [_saved_ports(proc) for proc in self.servers]
-        if all(s is None for s in saved) or all(s == mine for s in saved):
+        hosts = {proc.host for proc in self.servers}  # --netns or not: the addresses the nodes met each other at
+        same_hosts = all(_saved_hosts(proc) <= hosts for proc in self.servers)
+        if all(s is None for s in saved) or (all(s == mine for s in saved) and same_hosts):
             return
         log.warning("the saved cluster state under %s is for other ports; starting a new cluster", self.home)
         for proc in self.servers:
@@ -139,8 +141,10 @@ class ClusterTopology(Topology):
     def form(self) -> None:
         """``redis-cli --cluster create <nodes> --cluster-replicas 1 --cluster-yes``."""
         cli = binaries.require("redis-cli")
-        nodes = [f"127.0.0.1:{proc.port}" for proc in self.servers]
+        nodes = [f"{proc.host}:{proc.port}" for proc in self.servers]
         args = [cli, "--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"]
+        if self.fabric is not None:
+            args = self.fabric.exec_argv(None, args)  # from the hub, which reaches every node
         try:
             done = subprocess.run(args, capture_output=True, text=True, timeout=FORM_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
@@ -173,9 +177,9 @@ class ClusterTopology(Topology):
 
     def addresses(self) -> Addresses:
         """``url`` names the first live node (any node will do to start a cluster client); ``ports`` all six."""
-        live = next((proc.port for proc in self.servers if proc.pid() is not None), self.servers[0].port)
+        live = next((proc for proc in self.servers if proc.pid() is not None), self.servers[0])
         every = tuple(p.port for p in self.servers)
-        return Addresses(topology=self.name, url=f"redis://127.0.0.1:{live}/0", ports=every)
+        return Addresses(topology=self.name, url=f"redis://{live.host}:{live.port}/0", ports=every)
 
     def nodes(self) -> list[ClusterNode]:
         """``CLUSTER NODES`` as the first live node sees it."""
@@ -259,6 +263,15 @@ class ClusterTopology(Topology):
             if serving is None or serving.node_id != new.node_id:
                 return f"{proc.name} names {serving and serving.port} as master of slot {slot}"
         return ""
+
+
+def _saved_hosts(proc: RedisProcess) -> set[str]:
+    """The node addresses a node's ``nodes.conf`` lists (empty when it has none)."""
+    path = proc.data_dir / "nodes.conf"
+    if not path.exists():
+        return set()
+    words = (line.split() for line in path.read_text(errors="replace").splitlines())
+    return {w[1].split("@")[0].rsplit(":", 1)[0] for w in words if len(w) >= 8 and ":" in w[1]}
 
 
 def _saved_ports(proc: RedisProcess) -> set[int] | None:

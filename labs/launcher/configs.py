@@ -8,12 +8,26 @@ from labs.launcher.sentinel import MASTER_NAME, QUORUM
 PERSISTENT = ("aof", "sentinel", "cluster")
 
 
-def server_conf(topology: str, proc: RedisProcess, replica_of: int | None, extra: tuple[str, ...] = ()) -> str:
+def _bind_lines(proc: RedisProcess) -> list[str]:
+    """Loopback; in a network namespace also its own address (private to the run's namespaces)."""
+    if proc.netns is None:
+        return ["bind 127.0.0.1"]
+    return [f"bind 127.0.0.1 {proc.host}", "protected-mode no"]
+
+
+def server_conf(
+    topology: str,
+    proc: RedisProcess,
+    replica_of: int | None,
+    extra: tuple[str, ...] = (),
+    *,
+    master_host: str = "127.0.0.1",
+) -> str:
     """A redis-server config: loopback, no RDB snapshots, AOF everysec for ``aof``, ``sentinel``, ``cluster``."""
     persist = topology in PERSISTENT
     lines = [
         f"port {proc.port}",
-        "bind 127.0.0.1",
+        *_bind_lines(proc),
         "daemonize no",
         f'dir "{proc.data_dir}"',
         'save ""',
@@ -23,18 +37,18 @@ def server_conf(topology: str, proc: RedisProcess, replica_of: int | None, extra
         "repl-diskless-sync-delay 0",
     ]
     if replica_of is not None:
-        lines.append(f"replicaof 127.0.0.1 {replica_of}")
+        lines.append(f"replicaof {master_host} {replica_of}")
     return "\n".join([*lines, *extra]) + "\n"
 
 
-def sentinel_conf(proc: RedisProcess, master_port: int, down_after_ms: int) -> str:
+def sentinel_conf(proc: RedisProcess, master_port: int, down_after_ms: int, *, master_host: str = "127.0.0.1") -> str:
     """A sentinel config watching ``mymaster`` at ``master_port`` with quorum 2."""
     lines = [
         f"port {proc.port}",
-        "bind 127.0.0.1",
+        *_bind_lines(proc),
         "daemonize no",
         f'dir "{proc.data_dir}"',
-        f"sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} {QUORUM}",
+        f"sentinel monitor {MASTER_NAME} {master_host} {master_port} {QUORUM}",
         f"sentinel down-after-milliseconds {MASTER_NAME} {down_after_ms}",
         f"sentinel failover-timeout {MASTER_NAME} 10000",
         f"sentinel parallel-syncs {MASTER_NAME} 1",

@@ -162,6 +162,8 @@ class RedisProcess:
     port: int
     home: Path
     binary: str
+    netns: str | None = None  # the network namespace it runs in (labs.launcher.netns), None: the host's
+    host: str = "127.0.0.1"  # where the other members reach it (its namespace's address under netns)
 
     @property
     def conf(self) -> Path:
@@ -187,8 +189,14 @@ class RedisProcess:
         """A short-timeout client for probes, without retries; the caller closes it.
 
         redis-py 8 retries a refused connection 10 times with backoff by default, which
-        would turn "is anything there?" into seconds of waiting per probe.
+        would turn "is anything there?" into seconds of waiting per probe. In a network
+        namespace the probe connects from inside it (its own loopback, never partitioned).
         """
+        if self.netns is not None:
+            from labs.launcher import netns  # local: only partition runs need it
+
+            return netns.client(self.netns, "127.0.0.1", self.port, timeout_s=timeout_s, decode_responses=True,
+                                retry=Retry(NoBackoff(), 0))
         return redis.Redis(
             host="127.0.0.1",
             port=self.port,
@@ -208,8 +216,10 @@ class RedisProcess:
     def start(self, port_var: str) -> int:
         """Start the process from its config and wait until it answers PING."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        spec = Launch(self.name, self.port, port_var, (self.binary, str(self.conf)), self.home, self.pidfile,
-                      self.logfile)
+        argv: tuple[str, ...] = (self.binary, str(self.conf))
+        if self.netns is not None:
+            argv = ("ip", "netns", "exec", self.netns, *argv)  # exec: the pid is the server's own
+        spec = Launch(self.name, self.port, port_var, argv, self.home, self.pidfile, self.logfile)
         return launch(spec, self.ping, "PING")
 
     def kill(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> int | None:

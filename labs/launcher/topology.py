@@ -12,10 +12,10 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from labs.launcher import binaries, ports, sentinel
+from labs.launcher import binaries, netns, ports, sentinel
 from labs.launcher.configs import sentinel_conf, server_conf
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import POLL_S, RedisProcess
@@ -66,6 +66,7 @@ class Topology:
     port_vars: dict[int, str] = field(default_factory=dict)
     down_after_ms: int = 1000
     extra_config: tuple[str, ...] = ()
+    fabric: netns.Fabric | None = None  # --netns: each process in a network namespace of its own
 
     # -- construction -----------------------------------------------------------------
 
@@ -80,13 +81,17 @@ class Topology:
         port_vars: dict[int, str] | None = None,
         down_after_ms: int = 1000,
         extra_config: tuple[str, ...] = (),
+        netns: bool = False,
     ) -> Topology:
         if name not in TOPOLOGIES:
             raise LauncherError(f"unknown topology {name!r}; choose one of {', '.join(TOPOLOGIES)}")
+        if netns and name not in ("sentinel", "cluster"):
+            raise LauncherError(f"--netns is for the sentinel and cluster topologies, not {name!r}")
         if name == "cluster":
             from labs.launcher.cluster import ClusterTopology  # local: cluster.py builds on this module
 
-            return ClusterTopology.build(run_dir, server_ports, port_vars=port_vars, extra_config=extra_config)
+            cluster = ClusterTopology.build(run_dir, server_ports, port_vars=port_vars, extra_config=extra_config)
+            return cluster.in_namespaces() if netns else cluster
         if down_after_ms < 100:
             raise LauncherError(f"down-after-milliseconds {down_after_ms} is too small (>= 100)")
         home = Path(run_dir).resolve() / name
@@ -98,12 +103,26 @@ class Topology:
             sentinels = [RedisProcess(f"sentinel-{p}", p, home, sentinel_bin) for p in sentinel_ports or []]
             if len(servers) < 2 or len(sentinels) < 3:
                 raise LauncherError("the sentinel topology needs a master, a replica and three sentinels")
-        return cls(name, home, servers, sentinels, dict(port_vars or {}), down_after_ms, extra_config)
+        topo = cls(name, home, servers, sentinels, dict(port_vars or {}), down_after_ms, extra_config)
+        return topo.in_namespaces() if netns else topo
+
+    def in_namespaces(self) -> Topology:
+        """The same topology with each process in a network namespace of its own (planned, not created)."""
+        netns.require()
+        self.fabric = netns.Fabric.plan(self.home, [proc.name for proc in self.processes])
+        fabric = self.fabric
+        self.servers = [replace(p, netns=fabric.member(p.name).ns, host=fabric.ip(p.name)) for p in self.servers]
+        self.sentinels = [replace(p, netns=fabric.member(p.name).ns, host=fabric.ip(p.name)) for p in self.sentinels]
+        return self
 
     @classmethod
-    def from_env(cls, name: str, run_dir: Path | None = None) -> Topology:
-        """The topology on its documented ports (see :mod:`labs.launcher.ports`), env overrides applied."""
+    def from_env(cls, name: str, run_dir: Path | None = None, *, netns: bool = False) -> Topology:
+        """The topology on its documented ports (see :mod:`labs.launcher.ports`), env overrides applied.
+
+        ``netns`` puts each process in a network namespace; a topology started that way is found so again.
+        """
         run = run_dir or default_run_dir()
+        netns = netns or (Path(run).resolve() / name / "netns.json").exists()
         down_after_ms = int(os.environ.get(DOWN_AFTER_VAR, "1000"))
         if name == "single":
             (port,) = ports.from_env(ports.SINGLE_PORT_VAR)[:1]
@@ -113,7 +132,9 @@ class Topology:
             return cls.create(name, run, server_ports=[port], port_vars={port: ports.AOF_PORT_VAR})
         if name == "cluster":
             nodes = ports.from_env(ports.CLUSTER_PORTS_VAR)
-            return cls.create(name, run, server_ports=nodes, port_vars=dict.fromkeys(nodes, ports.CLUSTER_PORTS_VAR))
+            return cls.create(
+                name, run, server_ports=nodes, port_vars=dict.fromkeys(nodes, ports.CLUSTER_PORTS_VAR), netns=netns
+            )
         master = ports.from_env(ports.MASTER_PORT_VAR)[0]
         replica = ports.from_env(ports.REPLICA_PORT_VAR)[0]
         watchers = ports.from_env(ports.SENTINEL_PORTS_VAR)
@@ -126,13 +147,18 @@ class Topology:
             sentinel_ports=watchers,
             port_vars=port_vars,
             down_after_ms=down_after_ms,
+            netns=netns,
         )
 
     @classmethod
-    def on_free_ports(cls, name: str, run_dir: Path, *, down_after_ms: int = 1000) -> Topology:
+    def on_free_ports(
+        cls, name: str, run_dir: Path, *, down_after_ms: int = 1000, netns: bool = False,
+        extra_config: tuple[str, ...] = (),
+    ) -> Topology:
         """The same topology on ports the kernel says are free (tests run beside a lab)."""
         if name == "cluster":
-            return cls.create(name, run_dir, server_ports=ports.free_cluster_ports(6))
+            return cls.create(name, run_dir, server_ports=ports.free_cluster_ports(6), netns=netns,
+                              extra_config=extra_config)
         n_servers, n_sentinels = (2, 3) if name == "sentinel" else (1, 0)
         picked = _distinct_free_ports(n_servers + n_sentinels)
         return cls.create(
@@ -141,6 +167,8 @@ class Topology:
             server_ports=picked[:n_servers],
             sentinel_ports=picked[n_servers:],
             down_after_ms=down_after_ms,
+            netns=netns,
+            extra_config=extra_config,
         )
 
     # -- configs ----------------------------------------------------------------------
@@ -157,16 +185,19 @@ class Topology:
 
     def _write_configs(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
-        master = self.servers[0].port
+        master, host = self.servers[0].port, self.servers[0].host
         for i, proc in enumerate(self.servers):
-            proc.conf.write_text(server_conf(self.name, proc, None if i == 0 else master, self.extra_config))
+            replica_of = None if i == 0 else master
+            proc.conf.write_text(server_conf(self.name, proc, replica_of, self.extra_config, master_host=host))
         for proc in self.sentinels:
-            proc.conf.write_text(sentinel_conf(proc, master, self.down_after_ms))
+            proc.conf.write_text(sentinel_conf(proc, master, self.down_after_ms, master_host=host))
 
     # -- lifecycle --------------------------------------------------------------------
 
     def ensure(self) -> Addresses:
         """Start what is not running (a running topology is reused) and wait until ready."""
+        if self.fabric is not None:
+            self.fabric.up()
         if not any(proc.pid() for proc in self.processes):
             self._write_configs()
         for proc in self.processes:
@@ -188,6 +219,8 @@ class Topology:
             orphan = RedisProcess(pidfile.stem, 0, self.home, "")
             if (pid := orphan.kill()) is not None:
                 stopped.append(pid)
+        if self.fabric is not None:
+            self.fabric.destroy()  # the namespaces, their veths and rules (and anything left running in them)
         return stopped
 
     def kill(self, port: int | None = None, sig: int = signal.SIGKILL) -> int | None:
@@ -203,7 +236,7 @@ class Topology:
             topology=self.name,
             url=f"redis://{host}:{port}/0",
             ports=tuple(p.port for p in self.processes),
-            sentinels=tuple(("127.0.0.1", s.port) for s in self.sentinels),
+            sentinels=tuple((s.host, s.port) for s in self.sentinels),
             master_name=MASTER_NAME if self.sentinels else None,
         )
 
@@ -221,8 +254,8 @@ class Topology:
             return addr
         for proc in self.servers:
             if sentinel.role(proc) == "master":
-                return ("127.0.0.1", proc.port)
-        return ("127.0.0.1", self.servers[0].port)
+                return (proc.host, proc.port)
+        return (self.servers[0].host, self.servers[0].port)
 
     def status(self) -> TopologyStatus:
         """Roles, replication offsets and each sentinel's view of the master."""
