@@ -115,6 +115,11 @@ kit: setup ## regenerate the student starters from solutions/
 bench: setup ## the worker against the raw redis-py ceiling, and on a cluster (about 5 minutes)
 	@$(PY) -m labs.bench $(BENCH_ARGS)
 
+.PHONY: test-matrix
+test-matrix: setup ## the Redis-facing tests + every notebook on redis7, valkey8, redis8, one table (FLAVOURS=..., SUBSET=all|redis|faults)
+	@$(PY) -m labs.flavour_matrix $(if $(FLAVOURS),--flavours $(FLAVOURS)) $(if $(SUBSET),--subset $(SUBSET)) \
+		$(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
+
 lint: setup ## ruff and mypy
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/mypy

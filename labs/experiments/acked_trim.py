@@ -29,6 +29,11 @@ from labs.launcher.flavours import server_version
 FIXED_APPROX_ACKED = (8, 2, 7)  # the first release whose MAXLEN ~ ... ACKED trims at all
 
 
+def _command(client: redis.Redis, *args: Any) -> Any:
+    """One raw command: redis-py 8.1 has no typed methods for the 8.2 options."""
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
 def supports_acked(client: redis.Redis) -> bool:
     """True when the server knows ``XACKDEL`` (Redis >= 8.2; Valkey only from 9.2).
 
@@ -36,7 +41,7 @@ def supports_acked(client: redis.Redis) -> bool:
     command" that it does not (redis-py cannot parse ``COMMAND INFO``'s nil for an unknown name).
     """
     try:
-        client.execute_command("XACKDEL")
+        _command(client, "XACKDEL")
     except redis.ResponseError as err:
         return "unknown command" not in str(err).lower()
     return True
@@ -70,15 +75,15 @@ def ack_and_delete(client: redis.Redis, stream: str) -> AckDelResult:
     for group in ("fast", "slow"):
         client.xgroup_create(stream, group, id="0")
     client.xreadgroup("fast", "f-1", {stream: ">"}, count=4)
-    (acked_kept,) = client.execute_command("XACKDEL", stream, "fast", "ACKED", "IDS", 1, ids[0])
+    (acked_kept,) = _command(client, "XACKDEL", stream, "fast", "ACKED", "IDS", 1, ids[0])
     client.xack(stream, "fast", ids[1])
-    (keepref_deleted,) = client.execute_command("XACKDEL", stream, "fast", "KEEPREF", "IDS", 1, ids[2])
+    (keepref_deleted,) = _command(client, "XACKDEL", stream, "fast", "KEEPREF", "IDS", 1, ids[2])
     client.xack(stream, "fast", ids[3])
     slow_got = _ids(client.xreadgroup("slow", "s-1", {stream: ">"}, count=10))
     client.xack(stream, "slow", ids[3])
     xack_len = int(client.xlen(stream))  # ids[3]: acked by both with XACK, still in the stream
-    (acked_deleted,) = client.execute_command("XACKDEL", stream, "slow", "ACKED", "IDS", 1, ids[0])
-    xdelex = client.execute_command("XDELEX", stream, "ACKED", "IDS", 2, ids[1], "0-1")
+    (acked_deleted,) = _command(client, "XACKDEL", stream, "slow", "ACKED", "IDS", 1, ids[0])
+    xdelex = _command(client, "XDELEX", stream, "ACKED", "IDS", 2, ids[1], "0-1")
     return AckDelResult(
         acked_kept=int(acked_kept),
         xack_len=xack_len,
@@ -120,8 +125,8 @@ def trim_with_slow_group(
     runs = []
     for how in (["=", maxlen], ["=", maxlen, "ACKED"], ["~", maxlen, "ACKED"]):
         ids = _behind(client, stream, entries, slow_read)
-        deleted = int(client.execute_command("XTRIM", stream, "MAXLEN", *how))
-        left = {str(msg_id) for msg_id, _ in client.xrange(stream)}
+        deleted = int(_command(client, "XTRIM", stream, "MAXLEN", *how))
+        left = {str(msg_id) for msg_id, _ in client.xrange(stream) or []}
         unread = sum(1 for msg_id in ids[slow_read:] if msg_id in left)
         runs.append(TrimRun(" ".join(map(str, ["MAXLEN", *how])), deleted, int(client.xlen(stream)), unread))
     client.delete(stream)
