@@ -36,7 +36,8 @@ def test_valkey8_uses_the_valkey_binaries(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert binaries.require("redis-server") == str(tmp_path / "valkey-server")
     with pytest.raises(LauncherError) as err:
         binaries.require("redis-sentinel")
-    assert "valkey-sentinel not found" in str(err.value) and "make setup REDIS=valkey8" in str(err.value)
+    assert "valkey-sentinel not found" in str(err.value)
+    assert "install it with 'make setup REDIS=valkey8'" in str(err.value)
 
 
 def test_a_flavour_refuses_an_older_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ class Flavour:
         return self.min_version
 
     def install_hint(self) -> str:
-        return f"run 'make setup REDIS={self.name}' (it runs scripts/ensure-flavour.sh {self.name})"
+        return f"install it with 'make setup REDIS={self.name}' (scripts/ensure-flavour.sh {self.name})"
 
 
 FLAVOURS: dict[str, Flavour] = {
