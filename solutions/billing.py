@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from solutions.cli import HelpFormatter, Parser, address, env_addresses, redis_url
+from solutions.cli import HelpFormatter, Parser, address, cluster_stream_problem, env_addresses, redis_url
 from solutions.gc_tuning import tune_for_throughput
 from solutions.ledger import BUSY_TIMEOUT_MS
-from solutions.settings import DEDUPE_STRATEGIES, DEFAULT_REDIS_URL, Settings, default_consumer, env_default
+from solutions.settings import DEDUPE_STRATEGIES, DEFAULT_REDIS_URL, InputError, Settings, default_consumer, env_default
 from solutions.shard_worker import ShardedWorker
 from solutions.shards import ShardCountError
 from solutions.worker import Worker
@@ -202,12 +202,17 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
+    if settings.cluster and (problem := cluster_stream_problem(settings.stream)):
+        parser.error(problem)
     configure_logging(args.log_level, settings.consumer)
     tune_for_throughput()
     try:
         worker = ShardedWorker(settings) if settings.cluster else Worker(settings)
         asyncio.run(worker.run(handle_signals=True))
         _ignore_late_signals()
+    except InputError as exc:  # --cluster, or the shard registry it points at, is wrong
+        log.error("cannot run: %s", exc)
+        return 2
     except ShardCountError as exc:
         log.error("cannot run: %s", exc)
         return 1

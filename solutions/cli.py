@@ -5,7 +5,8 @@
 - :class:`HelpFormatter`: ``(default: X)`` after a flag's help, once, and only when there is a
   default worth printing (never ``(default: None)``, never twice).
 - argparse types that turn bad input into that one line: :func:`redis_url`, :func:`address`;
-  :func:`env_addresses` reads a list of them from the environment (``BILLING_CLUSTER``).
+  :func:`env_addresses` reads a list of them from the environment (``BILLING_CLUSTER``);
+  :func:`cluster_stream_problem` is the rule both CLIs apply to a stream name under ``--cluster``.
 """
 
 from __future__ import annotations
@@ -65,3 +66,16 @@ def address(text: str) -> Address:
 def env_addresses(name: str) -> list[Address]:
     """``BILLING_<NAME>=HOST:PORT,HOST:PORT`` as addresses (none when unset); ValueError on a bad one."""
     return [parse_address(part.strip()) for part in env_default(name, "").split(",") if part.strip()]
+
+
+def cluster_stream_problem(stream: str) -> str | None:
+    """Why ``stream`` cannot be sharded on a cluster, or None.
+
+    A shard is ``<stream>:{<tag>}`` and only the first ``{...}`` of a key is its hash tag: braces
+    in the stream's own name would be that tag, every shard would hash to the same slot, and no
+    shard set could spread over the masters (nor be planned at all: each shard needs a slot).
+    """
+    if "{" in stream or "}" in stream:
+        return (f"--stream {stream!r}: a stream sharded on a cluster must not contain '{{' or '}}' "
+                "(the first braces would be every shard's hash tag, putting them all in one slot)")
+    return None

@@ -25,6 +25,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
 from solutions.connection import CONNECT_TIMEOUT_S, Backoff, Client
 from solutions.settings import Address
@@ -53,6 +54,7 @@ class FailoverWatch:
         self.current: Address | None = None
         self.switches = 0
         self.subscribed = 0
+        self.unexpected_errors = 0  # errors that are neither Redis's nor the network's (a bug)
 
     async def run(self) -> None:
         """Watch every sentinel until cancelled (a sentinel that is down is retried with backoff)."""
@@ -71,16 +73,26 @@ class FailoverWatch:
             )
             try:
                 await self._listen(subscriber)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
+            except (RedisError, OSError) as exc:  # a sentinel down or restarting: expected, retried quietly
                 log.debug("sentinel %s:%s pub/sub failed, retrying: %r", *address, exc)
+                await backoff.sleep()
+            except Exception as exc:  # a bug must not end the watch, nor hide: WARNING once, then DEBUG
+                self._unexpected(address, exc)
                 await backoff.sleep()
             else:
                 backoff.reset()
             finally:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(RedisError, OSError):
                     await subscriber.aclose()
+
+    def _unexpected(self, address: Address, exc: Exception) -> None:
+        """An error no sentinel outage explains: logged at WARNING the first time, then at DEBUG."""
+        self.unexpected_errors += 1
+        if self.unexpected_errors == 1:
+            log.warning("sentinel %s:%s pub/sub: unexpected error, still watching (logged once): %r",
+                        *address, exc, exc_info=exc)
+        else:
+            log.debug("sentinel %s:%s pub/sub: unexpected error again: %r", *address, exc)
 
     async def _listen(self, subscriber: Client) -> None:
         async with subscriber.pubsub() as pubsub:

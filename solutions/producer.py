@@ -50,10 +50,10 @@ from typing import IO, Any
 
 from redis.exceptions import BusyLoadingError, RedisError, ResponseError
 
-from solutions.cli import HelpFormatter, Parser, address, env_addresses, redis_url
+from solutions.cli import HelpFormatter, Parser, address, cluster_stream_problem, env_addresses, redis_url
 from solutions.connection import Backoff, Client, Streak, connect, describe
 from solutions.failover_watch import FailoverWatch
-from solutions.settings import DEFAULT_REDIS_URL, SOCKET_MARGIN_S, env_default
+from solutions.settings import DEFAULT_REDIS_URL, MAX_SHARDS, SOCKET_MARGIN_S, InputError, env_default
 
 log = logging.getLogger("solutions.producer")
 
@@ -141,8 +141,8 @@ class Producer:
         except BusyLoadingError as exc:  # a -LOADING reply: the XADD was not executed
             self.streak.failed(exc)
             return Outcome(REFUSED, error=describe(exc))
-        except Exception as exc:  # each attempt's outcome is in --log; stderr gets one line per streak
-            self.streak.failed(exc)
+        except (RedisError, OSError) as exc:  # connection lost, timeout, no master: the XADD may have landed
+            self.streak.failed(exc)  # each attempt's outcome is in --log; stderr gets one line per streak
             return Outcome(UNKNOWN, error=describe(exc))
         if isinstance(replies[0], ResponseError):  # OOM, READONLY ...: Redis did not write the entry
             self.streak.failed(replies[0])
@@ -259,7 +259,7 @@ async def _to_one_stream(args: argparse.Namespace, stop: asyncio.Event, out: IO[
                      socket_timeout_s=wait_s + SOCKET_MARGIN_S)
     watch = asyncio.create_task(FailoverWatch(client, sentinels, args.master_name).run(), name="failover-watch")
     try:
-        with suppress(Exception):  # connect before the schedule starts; a Redis that is down shows in the sends
+        with suppress(RedisError, OSError):  # connect before the schedule; a Redis that is down shows in the sends
             await client.ping()
         return await Producer(client, args, out).run(stop)
     finally:
@@ -279,8 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error("--maxlen must be > 0 (leave it out for no trimming)")
     if args.resend < 0:
         build_parser().error("--resend must be >= 0")
-    if args.shards is not None and (args.shards < 1 or not args.cluster):
-        build_parser().error("--shards needs --cluster and must be >= 1")
+    if args.shards is not None and (not 1 <= args.shards <= MAX_SHARDS or not args.cluster):
+        build_parser().error(f"--shards needs --cluster and must be 1 to {MAX_SHARDS} (a cluster slot per shard)")
+    if args.cluster and (problem := cluster_stream_problem(args.stream)):
+        build_parser().error(problem)
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
@@ -292,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         tally = asyncio.run(_amain(args))
     except KeyboardInterrupt:  # a signal before the handlers were installed: nothing was sent
         return 0
+    except InputError as exc:  # --cluster, or the shard registry it points at, is wrong
+        log.error("cannot produce: %s", exc)
+        return 2
     except (ValueError, RedisError) as exc:  # another shard count (ShardCountError), no cluster node answering
         log.error("cannot produce: %s", describe(exc))
         return 1

@@ -15,6 +15,11 @@ from pathlib import Path
 from solutions.ledger import BUSY_TIMEOUT_MS
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
+class InputError(ValueError):
+    """What the flags point at is wrong (not a cluster node, a registry key holding junk): the CLIs exit 2."""
+
+
+MAX_SHARDS = 16384  # a Redis Cluster's slots: every shard of a stream needs its own
 DEDUPE_STRATEGIES = ("none", "redis", "redis-2phase", "sqlite")
 ENV_PREFIX = "BILLING_"
 SOCKET_MARGIN_S = 1.5
@@ -105,7 +110,8 @@ class Settings:
             "" if self.stream and self.group and self.consumer else "stream, group and consumer must be set",
             "" if self.sentinels or self.cluster or self.redis_url else "give redis_url, sentinels or cluster",
             "" if not (self.sentinels and self.cluster) else "give sentinels or cluster, not both",
-            "" if self.shards is None or self.shards >= 1 else f"shards must be >= 1, got {self.shards}",
+            "" if self.shards is None or 1 <= self.shards <= MAX_SHARDS
+            else f"shards must be 1 to {MAX_SHARDS} (each shard takes a cluster slot of its own), got {self.shards}",
             "" if self.shards is None or self.cluster else "shards needs cluster (a stream is sharded on a cluster)",
         ]
 

@@ -6,8 +6,9 @@ hashed, so the tag alone decides the slot (and a shard's DLQ, markers and leases
 the same tag, share that slot and every script on them stays single-slot).
 
 The tags are chosen from ``CLUSTER SLOTS`` (:func:`plan_tags`): shard *i* goes to the *i*-th
-master round robin, and its tag is the first of ``i``, ``i-1``, ``i-2`` ... whose slot that
-master serves. Naive tags ``0 .. N-1`` do not spread: on the lab cluster ``{0}``, ``{1}``,
+master round robin, and its tag is the first of the strings ``"i"``, ``"i-1"``, ``"i-2"`` ... (names,
+not subtraction: shard 2 tries ``"2"``, ``"2-1"``, ``"2-2"``) whose slot that master serves and no
+earlier shard took. Naive tags ``0 .. N-1`` do not spread: on the lab cluster ``{0}``, ``{1}``,
 ``{2}`` hash to slots 13907, 9842 and 5649, two shards on the second master and none on the
 first.
 
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from redis.crc import key_slot
 
-from solutions.settings import Settings
+from solutions.settings import InputError, Settings
 
 if TYPE_CHECKING:
     from solutions.cluster_router import ClusterRouter
@@ -49,6 +50,24 @@ MAX_CANDIDATES = 100_000
 
 class ShardCountError(ValueError):
     """The stream already has a shard set of another size; it cannot change."""
+
+
+class ShardRegistryError(InputError):
+    """``<stream>:shards`` holds something that is not a shard set (``{"tags": [distinct strings]}``)."""
+
+
+def parse_registry(key: str, raw: str | bytes) -> list[str]:
+    """The tags stored in the registry key, or :class:`ShardRegistryError` saying what is wrong."""
+    try:
+        tags = json.loads(raw)["tags"]
+    except (ValueError, KeyError, TypeError):
+        tags = None
+    if (not isinstance(tags, list) or not tags or not all(isinstance(t, str) and t for t in tags)
+            or len(set(tags)) != len(tags)):
+        shown = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        raise ShardRegistryError(f"{key} does not hold a shard set (expected JSON {{\"tags\": [...]}} with "
+                                 f"distinct tags, found {shown[:80]!r}); delete it if nothing uses it")
+    return tags
 
 
 def shard_name(stream: str, tag: str) -> str:
@@ -76,8 +95,8 @@ def naive_tags(n_shards: int) -> list[str]:
 def plan_tags(stream: str, n_shards: int, masters: Sequence[Sequence[SlotRange]]) -> list[str]:
     """Tags that put shard *i* on master ``i mod M`` (masters given by their slot ranges, in slot order).
 
-    Each tag is the first of ``i``, ``i-1``, ``i-2`` ... whose slot the wanted master serves and
-    that no earlier shard took, so that each shard can later move alone.
+    Each tag is the first of the strings ``"i"``, ``"i-1"``, ``"i-2"`` ... whose slot the wanted
+    master serves and that no earlier shard took, so that each shard can later move alone.
     """
     if n_shards < 1 or not masters:
         raise ValueError("need n_shards >= 1 and at least one master with slots")
@@ -160,7 +179,7 @@ async def ensure_shards(router: ClusterRouter, stream: str, n_shards: int | None
         if not await client.set(key, json.dumps({"tags": tags}), nx=True):
             raw = await client.get(key)
     if raw is not None:
-        tags = json.loads(raw)["tags"]
+        tags = parse_registry(key, raw)
     if n_shards is not None and len(tags) != n_shards:
         raise ShardCountError(
             f"{stream!r} has {len(tags)} shards (fixed for its life, in {key}); {n_shards} cannot change that"

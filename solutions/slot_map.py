@@ -25,11 +25,18 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from solutions.connection import PackingConnection
-from solutions.settings import Address
+from solutions.settings import Address, InputError
 
 log = logging.getLogger(__name__)
 
 SLOTS = 16384
+
+
+class NotAClusterError(InputError):
+    """A start-up node answers, but as a plain Redis: ``--cluster`` points at the wrong server."""
+
+
+NOT_A_CLUSTER = "cluster support disabled"  # Redis 7's reply to CLUSTER SLOTS without cluster-enabled
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +141,9 @@ class SlotMap:
                 self._apply(reply, addr)
                 return True
         if required and last is not None:
+            if isinstance(last, ResponseError) and NOT_A_CLUSTER in str(last):
+                raise NotAClusterError(f"{', '.join(f'{h}:{p}' for h, p in self._startup)} is not a cluster "
+                                       f"node (CLUSTER SLOTS: {last}); give --cluster a node of a Redis Cluster")
             raise last
         return False
 

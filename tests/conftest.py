@@ -27,6 +27,7 @@ import pytest
 import redis
 from monitoring_support import MonitoredStack
 from port_support import cluster_ports, session_ports
+from require_support import fail_required_skip, required_areas, skip_area, tagged
 
 from labs.launcher import ports, prom_binaries
 from labs.launcher.cluster import ClusterTopology
@@ -102,7 +103,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         native = str(exc)
         url, why = _docker_redis()
         if url is None:
-            _Session.skip_reason = f"no Redis: {native}; {why}"
+            _Session.skip_reason = tagged("redis", f"no Redis: {native}; {why}")
             return
         _Session.url, _Session.source = url, why
     os.environ["REDIS_URL"] = _Session.url
@@ -114,12 +115,20 @@ MONITORING_NOTEBOOK = "10_monitoring_and_incidents"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Notebook 10 needs Prometheus and redis_exporter: where they are missing, its cells (nbval) and
     its exercise run (test_edition) are skipped with the one line that says what to install."""
-    reason = prom_binaries.missing()
-    if not reason:
+    required_areas()  # a misspelt LAB_REQUIRE stops the run here, before any test
+    missing = prom_binaries.missing()
+    if not missing:
         return
     for item in items:
         if MONITORING_NOTEBOOK in item.nodeid:
-            item.add_marker(pytest.mark.skip(reason=reason))
+            item.add_marker(pytest.mark.skip(reason=tagged("monitoring", missing)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """LAB_REQUIRE (tests/require_support.py): a skip of a required area becomes a failure."""
+    outcome = yield
+    fail_required_skip(outcome.get_result(), required_areas())  # type: ignore[attr-defined]
 
 
 def pytest_report_header() -> str:
@@ -178,7 +187,7 @@ def topology_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calla
 
     def make(name: str = "single", *, down_after_ms: int = 1000) -> Topology:
         if not shutil.which("redis-server"):
-            pytest.skip("redis-server is not installed (run 'make setup')")
+            skip_area("redis", "redis-server is not installed (run 'make setup')")
         topo = Topology.on_free_ports(name, tmp_path_factory.mktemp(name), down_after_ms=down_after_ms)
         made.append(topo)
         topo.ensure()
@@ -197,7 +206,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopolog
     makes it whole again afterwards; none may assume which node is a master.
     """
     if not (shutil.which("redis-server") and shutil.which("redis-cli")):
-        pytest.skip("redis-server or redis-cli is not installed (run 'make setup')")
+        skip_area("redis", "redis-server or redis-cli is not installed (run 'make setup')")
     topo = Topology.create("cluster", tmp_path_factory.mktemp("cluster"), server_ports=cluster_ports(6))
     assert isinstance(topo, ClusterTopology)
     try:
@@ -229,9 +238,9 @@ def monitored_stack() -> MonitoredStack:
     one line where a binary is missing.
     """
     if reason := prom_binaries.missing():
-        pytest.skip(reason)
+        skip_area("monitoring", reason)
     if not shutil.which("redis-sentinel"):
-        pytest.skip("redis-sentinel is not installed (run 'make setup')")
+        skip_area("redis", "redis-sentinel is not installed (run 'make setup')")
     sentinel, aof = Topology.from_env("sentinel"), Topology.from_env("aof")
     sentinel.ensure()
     aof.ensure()

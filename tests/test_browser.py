@@ -29,6 +29,7 @@ from typing import Any
 import browser_support
 import nbformat
 import pytest
+from require_support import skip_area
 
 from labs.exercises import edition
 
@@ -45,7 +46,7 @@ HARMLESS_CONSOLE_ERRORS: dict[str, str] = {}
 @pytest.fixture(scope="module")
 def chromium() -> None:
     if reason := browser_support.chromium_skip_reason():
-        pytest.skip(reason)
+        skip_area("browser", reason)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from typing import Any
 
 import browser_support
 import pytest
+from require_support import skip_area
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -43,7 +44,7 @@ def screens() -> Path:
 def browser_page(redis_url: str) -> Iterator[tuple[Any, list[str]]]:
     """Notebook 07 open in JupyterLab, kernel idle; plus the page's console errors as they come."""
     if reason := browser_support.chromium_skip_reason():
-        pytest.skip(reason)
+        skip_area("browser", reason)
     assert os.environ.get("REDIS_URL") == redis_url  # the kernel inherits the session's Redis
     with tempfile.TemporaryDirectory(prefix="browser-dashboard-") as tmp:
         server = browser_support.start_jupyter(Path(tmp))

@@ -41,6 +41,8 @@ def test_each_poison_input_lands_in_the_dlq_once_with_its_reason(
     async def scenario() -> None:
         async with running(s) as worker:
             await until(lambda: client.xlen(s.dlq_stream) >= len(POISON), 10, "every poison message in the DLQ")
+            # Redis applies the dead-letter script before the worker has read its reply and counted it.
+            await until(lambda: worker.counts.dead_lettered >= len(POISON), 5, "the worker to count them")
             produce(client, s.stream, 3)  # the worker is still up and charges good messages
             await until(lambda: worker.counts.processed == 3, 10, "the good messages")
             await claim_rounds(client, 3)  # several rescuer rounds: nothing is dead-lettered twice
@@ -73,6 +75,7 @@ def test_transient_failure_goes_to_the_dlq_after_max_attempts_exactly_once(
     async def scenario() -> None:
         async with running(s) as worker:
             await until(lambda: client.xlen(s.dlq_stream) >= 1, 10, "the failing message in the DLQ")
+            await until(lambda: worker.counts.dead_lettered >= 1, 5, "the worker to count it")
             await claim_rounds(client, 3)  # rounds that could reclaim it again: nothing more happens
             assert worker.counts.errors == 3
             assert worker.counts.dead_lettered == 1

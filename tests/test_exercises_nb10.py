@@ -79,3 +79,5 @@ def test_the_rule_pairs_idle_with_a_backlog(ns: dict[str, Any]) -> None:
     assert not naive.passed and "тихий стрим" in naive.message
     blind = _verdict("10.5", ns, alert_expr="stream_group:lag_entries > 1000")
     assert not blind.passed and "Застрявшей группы" in blind.message
+    backlog_only = _verdict("10.5", ns, alert_expr="stream_group:lag_entries > 0")
+    assert not backlog_only.passed and "читает прямо сейчас" in backlog_only.message

@@ -28,16 +28,39 @@ def test_bigkeys_finds_the_big_hash_and_memory_usage_sizes_it(tmp_path: Path) ->
     assert "Scanning the entire keyspace" in output
 
 
+def test_memkeys_ranks_each_type_by_memory_usage(tmp_path: Path) -> None:
+    with eviction.throwaway_redis(tmp_path, policy="noeviction", headroom_bytes=256 << 20) as proc, \
+            contextlib.closing(proc.client(5.0)) as client:
+        client.set("blob", "x" * 100_000)
+        client.rpush("many", *(["1"] * 5_000))
+        client.rpush("few", "y" * 200_000)
+        by_type, output = key_incidents.mem_key_report(proc.port)
+        usage = client.memory_usage("few", samples=0)
+    assert by_type["string"][0] == "blob" and by_type["string"][1] > 100_000
+    assert by_type["list"] == ("few", usage)  # one big item outweighs 5,000 small ones
+    assert "Scanning the entire keyspace" in output
+
+
 def test_hotkeys_needs_an_lfu_policy_and_then_finds_the_hot_key(tmp_path: Path) -> None:
     with eviction.throwaway_redis(tmp_path, policy="noeviction", headroom_bytes=256 << 20) as proc, \
             contextlib.closing(proc.client(5.0)) as client:
         key_incidents.make_big_hash(client, "big:hash", fields=5_000)  # big, but written by 3 commands
-        hot = key_incidents.hot_key_report(client, proc.port, "hot", reads=20_000)
+        for _ in range(2_000):
+            client.get("big:hash:read")  # a key used often before the switch
+        client.set("big:hash:read", "v")
+        for _ in range(2_000):
+            client.get("big:hash:read")
+        hot = key_incidents.hot_key_report(client, proc.port, "hot", reads=20_000,
+                                           written_before=("big:hash", "big:hash:read"))
         policy_after = client.config_get("maxmemory-policy")["maxmemory-policy"]
     assert "LFU" in hot.refused and hot.policy_before == "noeviction"
     assert hot.found[0][0] == "hot" and hot.found[0][1] == hot.freq
     assert hot.freq > dict(hot.found).get("big:hash", 0)
     assert policy_after == "noeviction"  # put back
+    # The counters start at the switch: keys from before it read 0, however much they were used ...
+    assert hot.freq_before_switch == {"big:hash": 0, "big:hash:read": 0}
+    # ... and a key written after it starts at 5 (LFU_INIT_VAL): 10 HSET calls leave it near that.
+    assert 5 <= hot.freq_written_under_lfu <= 8
 
 
 def test_eviction_takes_the_stream_and_monitoring_sees_it(monitored_stack: MonitoredStack) -> None:

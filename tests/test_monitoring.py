@@ -18,6 +18,7 @@ import pytest
 import redis
 from billing_support import wait_until
 from monitoring_support import MonitoredStack
+from require_support import tagged
 
 from labs.experiments.worker_procs import WorkerProcess
 from labs.launcher import prom_binaries
@@ -31,7 +32,7 @@ from labs.launcher.topology import Topology
 from labs.launcher.worker_targets import WorkerTarget
 
 pytestmark = [
-    pytest.mark.skipif(bool(prom_binaries.missing()), reason=prom_binaries.missing() or "ok"),
+    pytest.mark.skipif(bool(prom_binaries.missing()), reason=tagged("monitoring", prom_binaries.missing() or "ok")),
     pytest.mark.timeout(120),
 ]
 PREFIX = "mon-test:"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -11,11 +12,14 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 from billing_support import ROOT, spawn, stop_process, wait_until
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from labs.launcher.ports import free_port
 from labs.launcher.topology import Topology
+from solutions.producer import UNKNOWN, Producer, build_parser
 
 
 def run_producer(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -173,3 +177,37 @@ def test_resend_stops_at_the_first_confirmed_attempt_after_a_refusal(
     assert sent[0]["error"].startswith("OutOfMemoryError: ") and sent[0]["msg_id"] is None
     assert [r["attempt"] for r in sent] == list(range(1, len(sent) + 1))
     assert [f["event_id"] for _, f in client.xrange("orders")] == [sent[0]["event_id"]]
+
+
+def test_a_lost_connection_is_unknown_but_a_bug_is_not_swallowed() -> None:
+    """attempt() counts Redis and network errors as an unknown outcome; anything else is a bug and raises."""
+
+    class Pipe:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        async def __aenter__(self) -> Pipe:
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            return None
+
+        def xadd(self, *args: object, **kwargs: object) -> None:
+            return None
+
+        async def execute(self, raise_on_error: bool = True) -> list[object]:
+            raise self.error
+
+    class Client:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        def pipeline(self, transaction: bool = True) -> Pipe:
+            return Pipe(self.error)
+
+    args = build_parser().parse_args(["--count", "1"])
+    lost = Producer(Client(RedisConnectionError("Connection reset by peer")), args, None)  # type: ignore[arg-type]
+    assert asyncio.run(lost.attempt({"event_id": "e-1"})).status == UNKNOWN
+    buggy = Producer(Client(TypeError("a bug")), args, None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a bug"):
+        asyncio.run(buggy.attempt({"event_id": "e-2"}))

@@ -65,10 +65,32 @@ def test_the_collect_script_reports_lag_and_pending_as_redis_says(redis_url: str
     assert values[f"oldest_pending_id_ms;{stream};billing"] == ids[0].split("-")[0]
     assert int(values[f"pending_max_idle_ms;{stream};billing"]) >= 0
     assert f"oldest_pending_id_ms;{stream};idle" not in values  # nothing pending there
+    assert values[f"group_caught_up;{stream};billing"] == "0"
+    assert values[f"group_caught_up;{stream};idle"] == "1"
+
+
+def test_the_collect_script_says_caught_up_after_a_trim_past_the_cursor(redis_url: str, key_prefix: str) -> None:
+    """Trimmed past the group's cursor, Redis's lag stays a number above 0 after the group read all that is left."""
+    stream = f"{key_prefix}orders"
+    script = collect_script((f"{key_prefix}*",))
+    with contextlib.closing(redis.Redis.from_url(redis_url, decode_responses=True)) as client:
+        client.xgroup_create(stream, "billing", id="0", mkstream=True)
+        for i in range(5):
+            client.xadd(stream, {"n": str(i)})
+        client.xreadgroup("billing", "c1", {stream: ">"}, count=1)
+        client.xtrim(stream, maxlen=1, approximate=False)
+        trimmed = client.eval(script, 0)
+        client.xreadgroup("billing", "c1", {stream: ">"})
+        read_all = client.eval(script, 0)
+    before = dict(zip(trimmed[::2], trimmed[1::2], strict=True))
+    after = dict(zip(read_all[::2], read_all[1::2], strict=True))
+    assert (before[f"group_lag_entries;{stream};billing"], before[f"group_caught_up;{stream};billing"]) == ("4", "0")
+    assert int(after[f"group_lag_entries;{stream};billing"]) > 0  # Redis 7.0: still counts trimmed entries
+    assert after[f"group_caught_up;{stream};billing"] == "1"
 
 
 def test_the_collect_script_is_read_only_so_a_write_pause_does_not_stall_the_scrape(tmp_path: Path) -> None:
-    """SENTINEL FAILOVER pauses writes on the old master; a plain EVAL would wait the pause out."""
+    """FAILOVER and CLUSTER FAILOVER pause writes (CLIENT PAUSE WRITE); a plain EVAL would wait the pause out."""
     with eviction.throwaway_redis(tmp_path, policy="noeviction", headroom_bytes=64 << 20) as proc, \
             contextlib.closing(proc.client(5.0)) as client:
         client.execute_command("CLIENT", "PAUSE", "1500", "WRITE")

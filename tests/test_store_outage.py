@@ -41,6 +41,7 @@ from billing_support import (
     wait_until,
     worker_args,
 )
+from require_support import skip_area
 from store_faults import Disk, disk_or_skip_reason, limit_file_size
 
 from solutions.store_breaker import SUMMARY_EVERY_S
@@ -250,12 +251,12 @@ class Rig:
 def rig(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     reason = disk_or_skip_reason()
     if reason:
-        pytest.skip(f"store outage tests: {reason}")
+        skip_area("store-outage", f"store outage tests: {reason}")
     root = tmp_path_factory.mktemp("store-outage")
     try:
         made = Rig(redis_url, root, f"test:store-outage:{root.name}:")
     except subprocess.CalledProcessError as exc:  # mkfs, losetup or mount refused here
-        pytest.skip(f"store outage tests: cannot mount a test filesystem: {exc.stderr.strip()}")
+        skip_area("store-outage", f"store outage tests: cannot mount a test filesystem: {exc.stderr.strip()}")
     try:
         yield made
     finally:

@@ -29,10 +29,12 @@ from labs.experiments.cluster_worker import running, startup_nodes, worker_setti
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import owner, replicas_of
 from solutions.cluster_router import ClusterRouter, RoutingOptions
+from solutions.shard_worker import ShardedWorker
 from solutions.shards import ensure_shards, slot_of
 
 PROBE_INTERVAL_S = 0.005
 SAMPLE_S = 0.002
+READY_TIMEOUT_S = 30.0
 
 
 async def scaling(
@@ -56,27 +58,46 @@ class ClusterRecovery:
     others_gap_s: float  # the other shards' longest pause in charging around the kill
 
 
-async def _first_write_after(startup: list[tuple[str, int]], key: str, killed_at: asyncio.Future[float]) -> float:
-    """redis-py's RedisCluster: seconds from the kill to its first successful XADD on ``key``."""
+async def _probe_client(startup: list[tuple[str, int]], key: str) -> RedisCluster:
+    """redis-py's RedisCluster, connected and with the slot map loaded: its first XADD on ``key`` has
+    been answered. Awaited before the kill, so that the probe's start is confirmed, not assumed."""
     client = RedisCluster(host=startup[0][0], port=startup[0][1], socket_timeout=0.5, socket_connect_timeout=0.5)
     try:
-        await client.xadd(key, {"probe": "0"})  # connected and the slot map loaded before the kill
-        at = await killed_at
-        while True:
-            try:
-                await client.xadd(key, {"probe": "1"})
-                return time.monotonic() - at
-            except (redis.RedisError, OSError):
-                await asyncio.sleep(PROBE_INTERVAL_S)
-    finally:
+        await asyncio.wait_for(client.xadd(key, {"probe": "0"}), READY_TIMEOUT_S)
+    except BaseException:
         await client.aclose()
+        raise
+    return client
+
+
+async def _first_write_after(client: RedisCluster, key: str, killed_at: asyncio.Future[float]) -> float:
+    """Seconds from the kill to the probe client's first successful XADD on ``key``."""
+    at = await killed_at
+    while True:
+        try:
+            await client.xadd(key, {"probe": "1"})
+            return time.monotonic() - at
+        except (redis.RedisError, OSError):
+            await asyncio.sleep(PROBE_INTERVAL_S)
+
+
+async def _acked_past(worker: ShardedWorker, shard: str, floor: int, what: str) -> None:
+    """Wait until the worker has acked more than ``floor`` messages of ``shard``, sampling every
+    ``SAMPLE_S`` (the recovery figures are read off this); TimeoutError naming ``what``."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while worker.shard_counts()[shard].acked <= floor:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {READY_TIMEOUT_S} s waiting for {what}")
+        await asyncio.sleep(SAMPLE_S)
 
 
 async def one_kill(topology: ClusterTopology, ledger: Path, stream: str, *, rate: float = 300.0) -> ClusterRecovery:
     """Load on three shards, the worker and the raw writer; kill -9 shard 0's master; time both recoveries.
 
     The load's writers retry every 10-20 ms (as the raw writer does), so that what the worker's
-    first charge measures is the worker, not a writer still backing off.
+    first charge measures is the worker, not a writer still backing off. Everything the kill
+    needs in place (the worker charging on the shard, the probe connected with its slot map) is
+    confirmed before the kill, never assumed after a sleep.
     """
     startup = startup_nodes(topology)
     fast = RoutingOptions(backoff_base_s=0.01, backoff_cap_s=0.02)
@@ -91,20 +112,21 @@ async def one_kill(topology: ClusterTopology, ledger: Path, stream: str, *, rate
         killed_at: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         async with running(worker_settings(startup, stream, 3, ledger)) as worker:
             loading = asyncio.create_task(writers.run(stop))
-            while worker.shard_counts()[hit].acked < 20:
-                await asyncio.sleep(0.01)
-            probe = asyncio.create_task(_first_write_after(startup, f"{hit}:probe", killed_at))
-            await asyncio.sleep(0.2)
-            at, wall_at = time.monotonic(), time.time()
-            await asyncio.to_thread(topology.server(old.port).kill, signal.SIGKILL)  # returns once it is gone
-            before = worker.shard_counts()[hit].acked
-            killed_at.set_result(at)
-            await asyncio.to_thread(topology.wait_serving, new, slot_of(hit), at + 30)
-            promoted_s = time.monotonic() - at
-            while worker.shard_counts()[hit].acked <= before:
-                await asyncio.sleep(SAMPLE_S)
-            worker_s = time.monotonic() - at
-            writer_s = await asyncio.wait_for(probe, 30)
+            await _acked_past(worker, hit, 19, "the worker's first 20 charges on the shard to kill")
+            probe_client = await _probe_client(startup, f"{hit}:probe")
+            try:
+                probe = asyncio.create_task(_first_write_after(probe_client, f"{hit}:probe", killed_at))
+                at, wall_at = time.monotonic(), time.time()
+                await asyncio.to_thread(topology.server(old.port).kill, signal.SIGKILL)  # returns once it is gone
+                before = worker.shard_counts()[hit].acked
+                killed_at.set_result(at)
+                await asyncio.to_thread(topology.wait_serving, new, slot_of(hit), at + 30)
+                promoted_s = time.monotonic() - at
+                await _acked_past(worker, hit, before, "the worker's first charge on the shard after the kill")
+                worker_s = time.monotonic() - at
+                writer_s = await asyncio.wait_for(probe, 30)
+            finally:
+                await probe_client.aclose()
             stop.set()
             await loading
         # From just before the kill until the killed shard charged again: the others must charge all along.

@@ -103,6 +103,16 @@ async def _first_ack_after(worker: Worker, kill: Kill, stop: asyncio.Event) -> f
     raise RuntimeError("the worker never charged after the kill")
 
 
+async def _under_load(worker: Worker, acked: int, timeout_s: float) -> None:
+    """Wait (with a deadline) until the worker has acked ``acked`` messages: the kill comes only
+    once the worker is confirmed to be charging, never after a guessed pause."""
+    deadline = time.monotonic() + timeout_s
+    while worker.counts.acked < acked:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for the worker's first {acked} acks")
+        await asyncio.sleep(0.01)
+
+
 async def one_failover(topo: Topology, ledger: Path, stream: str, timeout_s: float = 30.0) -> Recovery:
     """Load, a worker and a plain writer; kill -9 the master; time both recoveries."""
     settings = replace(
@@ -116,8 +126,7 @@ async def one_failover(topo: Topology, ledger: Path, stream: str, timeout_s: flo
     worker_task = asyncio.create_task(worker.run())
     load_task = asyncio.create_task(_load(topo, stream, stop))
     try:
-        while worker.counts.acked < 50:  # under load before the kill
-            await asyncio.sleep(0.01)
+        await _under_load(worker, 50, timeout_s)
         writer = asyncio.create_task(_first_write_after(topo, f"{stream}:probe", kill, stop))
         charger = asyncio.create_task(_first_ack_after(worker, kill, stop))
         promoted_s = await asyncio.to_thread(_kill_master, topo, kill, asyncio.get_running_loop())

@@ -9,17 +9,21 @@ and wait, with a deadline, for the scrape that shows the prepared streams:
   from the exporter's raw series (no ``stream_group:`` recording rule). Prepared: stream
   ``P + "ex:lag:orders"`` whose group read up to an entry 20 s older than the newest one.
 - 10.4 «Самый тяжёлый ключ»: ``heaviest``, the key under ``P + "ex:big:"`` that takes the most
-  memory (``MEMORY USAGE``), which ``--bigkeys`` (it counts elements per type) does not say.
+  memory (``MEMORY USAGE``), which ``--bigkeys`` does not say (it compares keys within a type only,
+  hashes and lists by element count, strings by length; ``--memkeys`` ranks each type by memory).
 - 10.5 «Правило без ложной тревоги»: ``alert_expr``, PromQL that returns a group with a backlog
-  and only idle consumers, and not a quiet group whose consumer is just as idle. Prepared:
-  ``P + "ex:stuck:orders"`` (backlog, idle consumer) and ``P + "ex:quiet:orders"`` (no backlog).
+  and only idle consumers, and neither a quiet group whose consumer is just as idle nor a busy
+  group whose backlog a live consumer is reading. Prepared: ``P + "ex:stuck:orders"`` (backlog,
+  idle consumer), ``P + "ex:quiet:orders"`` (no backlog) and ``P + "ex:busy:orders"`` (backlog;
+  the check itself keeps its consumer reading while it waits for Prometheus, so both halves of
+  the expression are tested: a backlog alone and an idle consumer alone each fail).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -32,6 +36,9 @@ LAG_STREAM = "ex:lag:orders"
 BIG_PREFIX = "ex:big:"
 STUCK_STREAM = "ex:stuck:orders"
 QUIET_STREAM = "ex:quiet:orders"
+BUSY_STREAM = "ex:busy:orders"
+BUSY_BACKLOG = 500  # the check reads one entry per poll: the backlog outlasts SCRAPE_WAIT_S
+POLL_S = 0.5
 IDLE_THRESHOLD_S = 2.0  # the lab copy's StreamNoLiveConsumer: 120 s / 60
 SCRAPE_WAIT_S = 15.0
 SETUP = ("r", "P", "prom")
@@ -63,10 +70,11 @@ def prepare_big(r: redis.Redis, prefix: str) -> list[str]:
     return sorted(str(k) for k in r.scan_iter(match=big + "*"))
 
 
-def prepare_stuck_and_quiet(r: redis.Redis, prefix: str) -> tuple[str, str]:
-    """10.5: both streams had one entry read and acked by consumer ``c1``, which then went quiet;
-    the stuck one got five more entries since. Returns (stuck, quiet)."""
-    streams = prefix + STUCK_STREAM, prefix + QUIET_STREAM
+def prepare_stuck_and_quiet(r: redis.Redis, prefix: str) -> tuple[str, str, str]:
+    """10.5: each stream had one entry read and acked by consumer ``c1``; the stuck one got five more
+    entries since, the busy one a backlog of ``BUSY_BACKLOG`` that ``c1`` reads (one entry per poll of
+    the check), the quiet one nothing. Returns (stuck, quiet, busy)."""
+    streams = prefix + STUCK_STREAM, prefix + QUIET_STREAM, prefix + BUSY_STREAM
     for stream in streams:
         r.delete(stream)
         first = r.xadd(stream, {"order_id": "o-1"})
@@ -75,6 +83,10 @@ def prepare_stuck_and_quiet(r: redis.Redis, prefix: str) -> tuple[str, str]:
         r.xack(stream, GROUP, first)
     for i in range(5):
         r.xadd(streams[0], {"order_id": f"o-{i + 2}"})
+    pipe = r.pipeline(transaction=False)
+    for i in range(BUSY_BACKLOG):
+        pipe.xadd(streams[2], {"order_id": f"o-{i + 2}"})
+    pipe.execute()
     return streams
 
 
@@ -142,34 +154,49 @@ def _verify_heaviest(ns: Mapping[str, Any]) -> str:
     expect(isinstance(heaviest, str), "`heaviest` должен быть именем ключа (строкой).")
     expect(heaviest in usage, "Такого ключа под префиксом задания нет: берите имена из SCAN с MATCH.")
     expect(usage[heaviest] == max(usage.values()),
-           "Это не самый тяжёлый ключ по памяти. --bigkeys сравнивает число элементов внутри одного типа, "
-           "а задание — байты: MEMORY USAGE ключа (с SAMPLES 0, чтобы посчитать все элементы).")
+           "Это не самый тяжёлый ключ по памяти. --bigkeys сравнивает ключи только внутри типа (хеши и "
+           "списки — по числу элементов, строки — по длине), а задание — байты памяти: MEMORY USAGE ключа "
+           "(с SAMPLES 0, чтобы посчитать все элементы) или redis-cli --memkeys.")
     return (f"{heaviest}: {usage[heaviest]:,} байт — больше всех под префиксом. По числу элементов лидер "
             "другой: поэтому большие ключи ищут по MEMORY USAGE, а --bigkeys — только первая прикидка.")
 
 
+def _read_one(client: redis.Redis, stream: str) -> None:
+    """The busy group's consumer at work: one entry read and acked (its idle time starts again)."""
+    reply = cast(list[Any], client.xreadgroup(GROUP, "c1", {stream: ">"}, count=1) or [])
+    for _, entries in reply:
+        client.xack(stream, GROUP, *(msg_id for msg_id, _ in entries))
+
+
 def _verify_no_false_alarm(ns: Mapping[str, Any]) -> str:
-    """10.5: the expression returns the stuck group and not the quiet one."""
+    """10.5: the expression returns the stuck group, not the quiet one, not the busy one."""
     client, prom, prefix = ns["r"], ns["prom"], ns["P"]
-    stuck, quiet = prefix + STUCK_STREAM, prefix + QUIET_STREAM
-    expect(client.exists(stuck) and client.exists(quiet),
+    stuck, quiet, busy = prefix + STUCK_STREAM, prefix + QUIET_STREAM, prefix + BUSY_STREAM
+    expect(all(client.exists(s) for s in (stuck, quiet, busy)),
            "Стримов задания нет: выполните готовящую ячейку (она перед вашей).")
     deadline = time.monotonic() + SCRAPE_WAIT_S
     while True:
+        _read_one(client, busy)  # the busy consumer keeps reading while Prometheus catches up
         idle = {s["metric"]["stream"]: float(s["value"][1])
                 for s in prom.query(f'stream_group:consumer_idle_min_seconds{{stream=~"{prefix}ex:.+"}}')}
-        if min(idle.get(stuck, 0.0), idle.get(quiet, 0.0)) > IDLE_THRESHOLD_S:
+        lag = {s["metric"]["stream"]: float(s["value"][1])
+               for s in prom.query(f'stream_group:lag_entries{{stream="{busy}"}}')}
+        if (min(idle.get(stuck, 0.0), idle.get(quiet, 0.0)) > IDLE_THRESHOLD_S
+                and idle.get(busy, IDLE_THRESHOLD_S) < IDLE_THRESHOLD_S / 2 and lag.get(busy, 0.0) > 0):
             break
         expect(time.monotonic() < deadline, "Prometheus не видит простоя консьюмеров: выполните готовящую ячейку.")
-        time.sleep(0.5)
+        time.sleep(POLL_S)
+    _read_one(client, busy)
     result = _query(prom, ns["alert_expr"])
     streams = {s["metric"].get("stream") for s in result}
     expect(stuck in streams, "Застрявшей группы (бэклог и все консьюмеры молчат) в ответе нет: выражение "
                              "не сработает на настоящую беду. Нужны и бэклог, и простой.")
     expect(quiet not in streams, "В ответе тихий стрим: его консьюмер простаивает, но ждать ему нечего. "
                                  "Простой без бэклога — не авария: сочетайте простой с бэклогом.")
-    return ("Выражение ловит группу с бэклогом и молчащими консьюмерами и молчит о тихом стриме — так устроен "
-            "StreamNoLiveConsumer в monitoring/rules/streams.yml.")
+    expect(busy not in streams, "В ответе группа, чей консьюмер читает прямо сейчас: бэклог есть, но его "
+                                "разбирают. Бэклог без простоя — не авария: сочетайте бэклог с простоем.")
+    return ("Выражение ловит группу с бэклогом и молчащими консьюмерами и молчит о тихом стриме и о группе, "
+            "которая разбирает свой бэклог, — так устроен StreamNoLiveConsumer в monitoring/rules/streams.yml.")
 
 
 EXERCISES: tuple[Exercise, ...] = (

@@ -109,6 +109,7 @@ async def coverage_stall(
             acks: dict[str, list[float]] = {name: [] for name in names}
             stop = asyncio.Event()
             writers = [asyncio.create_task(_write(router.client(n), acks[n], stop, period_ms)) for n in names]
+            await _every_shard_acked(acks, writers)  # confirmed before the kill, not assumed after a pause
             await asyncio.sleep(settle_s)
             killed_at = time.monotonic()
             result = await asyncio.to_thread(topology.failover, hard=True, master_port=ports[0], restart_old=False)
@@ -142,6 +143,17 @@ async def _write(client: ShardClient, acks: list[float], stop: asyncio.Event, pe
         acks.append(time.monotonic())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), period_ms / 1000)
+
+
+async def _every_shard_acked(acks: dict[str, list[float]], writers: list[asyncio.Task[None]]) -> None:
+    """Wait until every shard's writer has had a write acknowledged (or one of them stopped)."""
+    deadline = time.monotonic() + FAILOVER_TIMEOUT_S
+    while not all(acks.values()):
+        if any(w.done() for w in writers):
+            await asyncio.gather(*writers)  # raises what stopped it
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {FAILOVER_TIMEOUT_S} s waiting for a first ack on every shard")
+        await asyncio.sleep(0.01)
 
 
 def _longest_gap(times: list[float], since: float) -> float:

@@ -1,7 +1,9 @@
 """Incidents from the course's roadmap: a big key, a hot key, and eviction taking a stream, as monitoring sees them.
 
 - :func:`big_key_report`: ``redis-cli --bigkeys`` (a SCAN of the keyspace that reports the biggest
-  key of each type by element count) beside ``MEMORY USAGE`` (bytes) of what it found.
+  key of each type by element count, strings by length in bytes) beside ``MEMORY USAGE`` (bytes) of
+  what it found; :func:`mem_key_report`: ``redis-cli --memkeys``, the same SCAN ranked by
+  ``MEMORY USAGE`` per type.
 - :func:`hot_key_report`: ``redis-cli --hotkeys`` reads each key's LFU counter (``OBJECT FREQ``),
   which exists only under an ``*-lfu`` ``maxmemory-policy``: first the refusal under the default
   policy, then the hot key under ``allkeys-lfu``.
@@ -67,6 +69,12 @@ def big_key_report(client: redis.Redis, port: int) -> tuple[list[Biggest], str]:
     return found, out
 
 
+def mem_key_report(port: int) -> tuple[dict[str, tuple[str, int]], str]:
+    """Run ``--memkeys``: type -> (its biggest key by ``MEMORY USAGE``, bytes), and the raw output."""
+    out = redis_cli(port, "--memkeys").stdout
+    return {kind: (key, int(size)) for kind, key, size, _ in _BIGGEST.findall(out)}, out
+
+
 @dataclass(frozen=True)
 class HotKeys:
     refused: str  # what --hotkeys says under a non-LFU policy
@@ -74,18 +82,29 @@ class HotKeys:
     found: list[tuple[str, int]]  # (key, LFU counter), hottest first
     freq: int  # OBJECT FREQ of the key that was made hot
     output: str
+    freq_before_switch: dict[str, int]  # OBJECT FREQ, under LFU, of keys written before the switch
+    freq_written_under_lfu: int  # OBJECT FREQ of a hash written by 10 HSET calls after the switch
 
 
-def hot_key_report(client: redis.Redis, port: int, hot_key: str, reads: int = 20_000) -> HotKeys:
+def hot_key_report(client: redis.Redis, port: int, hot_key: str, reads: int = 20_000,
+                   written_before: tuple[str, ...] = ()) -> HotKeys:
     """``--hotkeys`` under the current policy (refused unless LFU), then under ``allkeys-lfu`` after ``reads`` GETs.
 
-    The policy is put back afterwards.
+    Switching the policy at runtime does not give old keys an LFU history: their counter field held
+    LRU data, and ``OBJECT FREQ`` of the keys ``written_before`` reads (near) 0 however often they were
+    used. A key written after the switch starts at 5 (Redis's ``LFU_INIT_VAL``, so that a new key
+    is not evicted first); ``hot_key + ":written"`` (10 HSET calls) shows it. The policy is put back.
     """
     policy = str(client.config_get("maxmemory-policy")["maxmemory-policy"])
     refused = redis_cli(port, "--hotkeys")
     refusal = (refused.stdout + refused.stderr).strip().splitlines()
     try:
         client.config_set("maxmemory-policy", "allkeys-lfu")
+        before = {key: int(client.object("freq", key) or 0) for key in written_before}
+        written = hot_key + ":written"
+        for i in range(10):
+            client.hset(written, f"f{i}", "v")
+        written_freq = int(client.object("freq", written) or 0)
         client.set(hot_key, "v")
         pipe = client.pipeline(transaction=False)
         for _ in range(reads):
@@ -98,7 +117,7 @@ def hot_key_report(client: redis.Redis, port: int, hot_key: str, reads: int = 20
     found = [(key, int(counter)) for counter, key in _HOT.findall(out)]
     found.sort(key=lambda kc: -kc[1])
     refused_line = next((line for line in refusal if "lfu" in line.lower()), " ".join(refusal))
-    return HotKeys(refused_line, policy, found, freq, out)
+    return HotKeys(refused_line, policy, found, freq, out, before, written_freq)
 
 
 @dataclass(frozen=True)
@@ -130,14 +149,19 @@ def _stream_length(api: PrometheusAPI, node: str, stream: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-def wait_scraped(api: PrometheusAPI, node: str, stream: str, timeout_s: float = 15.0) -> float:
-    """Poll until Prometheus has scraped ``stream`` on ``node``; its length."""
+def wait_scraped(api: PrometheusAPI, node: str, stream: str, length: int, timeout_s: float = 15.0) -> float:
+    """Poll until Prometheus has scraped ``stream`` on ``node`` at its full ``length``; that length.
+
+    A scrape can land while the stream is being written (or show a previous run's series): the
+    figure read before the fault is the one that matches what Redis holds, not the first one seen.
+    """
     deadline = time.monotonic() + timeout_s
-    while (length := _stream_length(api, node, stream)) is None:
+    while (seen := _stream_length(api, node, stream)) != length:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"Prometheus did not scrape {stream} on {node} within {timeout_s:g} s")
+            raise TimeoutError(f"Prometheus did not scrape {stream} on {node} at length {length} within "
+                               f"{timeout_s:g} s (last seen: {seen})")
         time.sleep(0.5)
-    return length
+    return seen
 
 
 def evict_stream(
@@ -154,7 +178,7 @@ def evict_stream(
     stream = f"{prefix}evict:orders"
     client.delete(stream)
     eviction.prepare_queue(client, stream)
-    before = wait_scraped(api, node, stream)
+    before = wait_scraped(api, node, stream, int(client.xlen(stream)))
     policy = str(client.config_get("maxmemory-policy")["maxmemory-policy"])
     eviction.wait_idle(client, stream, int(eviction.LRU_TICK_S))
     fault_at = time.time()

@@ -17,12 +17,16 @@ import redis
 
 # (INFO section, field, exporter metric, what it tells the operator)
 FIELDS: tuple[tuple[str, str, str, str], ...] = (
-    ("memory", "used_memory", "redis_memory_used_bytes", "bytes the data and buffers take (what maxmemory limits)"),
+    ("memory", "used_memory", "redis_memory_used_bytes",
+     "bytes the data and buffers take; maxmemory is compared with it minus mem_not_counted_for_evict"),
     ("memory", "used_memory_peak", "redis_memory_used_peak_bytes", "the highest used_memory since start"),
     ("memory", "maxmemory", "redis_memory_max_bytes", "the limit; 0 means none (the ratio is then meaningless)"),
     ("memory", "maxmemory_policy", "redis_instance_info{maxmemory_policy}", "what happens at the limit"),
     ("memory", "mem_fragmentation_ratio", "redis_mem_fragmentation_ratio", "RSS / used: >1.5 wastes RAM, <1 swaps"),
     ("memory", "mem_fragmentation_bytes", "redis_mem_fragmentation_bytes", "RSS - used: the size that matters"),
+    ("memory", "allocator_frag_ratio", "redis_allocator_frag_ratio",
+     "allocator active / allocated: real fragmentation"),
+    ("memory", "allocator_frag_bytes", "redis_allocator_frag_bytes", "bytes in partly used pages (RedisFragmented)"),
     ("clients", "connected_clients", "redis_connected_clients", "open connections (workers, producers, tools)"),
     ("clients", "blocked_clients", "redis_blocked_clients", "clients waiting in XREADGROUP BLOCK and the like"),
     ("stats", "rejected_connections", "redis_rejected_connections_total", "connections refused at maxclients"),
@@ -34,7 +38,8 @@ FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("persistence", "aof_enabled", "redis_aof_enabled", "AOF on (1) or off (0)"),
     ("persistence", "aof_last_write_status", "redis_aof_last_write_status", "ok, or err when the disk refused"),
     ("persistence", "rdb_last_bgsave_status", "redis_rdb_last_bgsave_status", "the last snapshot's outcome"),
-    ("persistence", "rdb_changes_since_last_save", "redis_rdb_changes_since_last_save", "writes a crash would lose"),
+    ("persistence", "rdb_changes_since_last_save", "redis_rdb_changes_since_last_save",
+     "writes since the last RDB snapshot (a crash loses them only without AOF)"),
 )
 
 

@@ -53,8 +53,10 @@ def empty_block_read(client: redis.Redis, stream: str, block_ms: int) -> tuple[A
 def block_past_socket_timeout(redis_url: str, stream: str, *, socket_timeout_s: float, block_ms: int) -> str:
     """An idle ``XREADGROUP BLOCK`` on a client with ``socket_timeout_s``: the exception's name, or "ok".
 
-    Retries are off, so the first timeout is what the caller sees (redis-py's default
-    ``Retry`` would repeat the read a few times first, then raise the same error).
+    Retries are off, so the first timeout is what the caller sees. redis-py 8's default ``Retry``
+    (10 retries, jittered exponential backoff from 10 ms up to 1 s, ``TimeoutError`` among the
+    retried errors) would send the same blocking read up to 10 more times, each waiting out the
+    socket timeout again, before raising the same error.
     """
     client = redis.Redis.from_url(
         redis_url, decode_responses=True, socket_timeout=socket_timeout_s, retry=Retry(NoBackoff(), 0)
@@ -131,14 +133,16 @@ def work_held_at_crash(
     count: int,
     read_ahead: bool,
     entries: int = 200,
-    work_ms: int = 5,
+    work_ms: int = 20,
     crash_after_handled: int = 10,
 ) -> HeldAtCrash:
     """Run one consumer on ``entries`` entries; it "crashes" (no more work, no acks) after N handled.
 
     ``read_ahead=False``: read ``COUNT``, handle each, ``XACK`` each, read again.
     ``read_ahead=True``: read ``COUNT``, hand each to a pool of 2 threads with an unbounded
-    queue, read again at once. The PEL is sampled after every read.
+    queue, read again at once. The PEL is sampled after every read. ``work_ms`` is long beside a
+    read's round trip (about 0.2 ms), so that the read-ahead loop runs far ahead of the work even
+    on a loaded machine where the reading thread waits for a core.
     """
     with contextlib.closing(redis.Redis.from_url(redis_url, decode_responses=True)) as client:
         fresh_group(client, stream, entries)

@@ -98,8 +98,10 @@ def quiz(*, prom: PrometheusAPI, facts: MonitoringFacts) -> Quiz:
         Question("Что ответит redis-cli --hotkeys при maxmemory-policy noeviction?",
                  ("Список горячих ключей", "Откажется: частоту обращений Redis считает только при LFU-политике",
                   "Пустой список"), 1,
-                 "Счётчик LFU (OBJECT FREQ) ведётся только под *-lfu. Включают allkeys-lfu на время разбора "
-                 "(или держат постоянно на кэше), а в проде — смотрят ещё и на commandstats.",
+                 "Счётчик LFU (OBJECT FREQ) ведётся только под *-lfu. Включить allkeys-lfu на время разбора "
+                 "можно, но счёт пойдёт с нуля: ключи, записанные до переключения, показывают 0, как бы часто "
+                 "их ни читали, — видно только движение после него. Поэтому в проде смотрят ещё и на "
+                 "commandstats и на клиентов.",
                  check=_facts_check(1, "LFU" in facts.hotkeys_refusal)),
         Question("Продюсер заполнял память при noeviction. Что было раньше?",
                  ("Первая ошибка OOM у продюсера", "Алерт RedisMemoryHigh (80 % maxmemory)", "Одновременно"), 1,
