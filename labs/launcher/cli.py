@@ -56,14 +56,14 @@ def _names(choice: str) -> tuple[str, ...]:
 
 def _print_status(st: TopologyStatus) -> None:
     table = Table(title=f"topology {st.topology}", title_justify="left")
-    for col in ("process", "port", "pid", "role", "repl offset", "detail"):
+    for col in ("process", "port", "pid", "role", "server", "repl offset", "detail"):
         table.add_column(col)
     for n in st.nodes:
         offset = "" if n.offset is None else str(n.offset)
-        table.add_row(n.name, str(n.port), str(n.pid or "-"), n.role, offset, n.detail)
+        table.add_row(n.name, str(n.port), str(n.pid or "-"), n.role, n.server or "-", offset, n.detail)
     for s in st.sentinels:
         master = f"master at {s.master[0]}:{s.master[1]}" if s.master else "no answer"
-        table.add_row(s.name, str(s.port), str(s.pid or "-"), "sentinel", "", master)
+        table.add_row(s.name, str(s.port), str(s.pid or "-"), "sentinel", s.server or "-", "", master)
     console.print(table)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from labs.launcher.process import RedisProcess, command
-from labs.launcher.status import NodeStatus
+from labs.launcher.status import NodeStatus, server_label
 
 SLOTS = 16384
 SlotRange = tuple[int, int]
@@ -186,7 +186,7 @@ def status_rows(procs: Sequence[RedisProcess]) -> tuple[NodeStatus, ...]:
         if node.failing:
             detail += "; flagged failing"
         role = "master" if node.is_master else "replica"
-        rows.append(NodeStatus(proc.name, proc.port, proc.pid(), role, offset, detail))
+        rows.append(NodeStatus(proc.name, proc.port, proc.pid(), role, offset, detail, server_label(proc)))
     return tuple(rows)
 
 

@@ -52,12 +52,13 @@ def pid_alive(pid: int) -> bool:
 
 
 def is_redis(pid: int) -> bool:
-    """True when ``pid`` looks like a redis process (always true where /proc is absent)."""
+    """True when ``pid`` looks like a redis (or valkey) process (always true where /proc is absent)."""
     cmdline = Path(f"/proc/{pid}/cmdline")
     if not cmdline.exists():
         return sys.platform != "linux"
     with contextlib.suppress(OSError):
-        return b"redis" in cmdline.read_bytes()
+        raw = cmdline.read_bytes()
+        return b"redis" in raw or b"valkey" in raw
     return False
 
 

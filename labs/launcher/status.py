@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import redis
 
+from labs.launcher.flavours import describe
 from labs.launcher.process import RedisProcess
 from labs.launcher.sentinel import Address
 
@@ -19,6 +20,7 @@ class NodeStatus:
     role: str
     offset: int | None
     detail: str
+    server: str = ""  # flavour and version, ``redis8 (Redis 8.2.3)``
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class SentinelStatus:
     port: int
     pid: int | None
     master: Address | None
+    server: str = ""
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,15 @@ class TopologyStatus:
     @property
     def running(self) -> bool:
         return any(n.pid for n in self.nodes) or any(s.pid for s in self.sentinels)
+
+
+def server_label(proc: RedisProcess) -> str:
+    """``INFO server`` of one process as its flavour and version (``valkey8 (Valkey 8.0.1)``), ``""`` when down."""
+    with contextlib.closing(proc.client()) as client:
+        try:
+            return describe(client.info("server"))
+        except redis.RedisError:
+            return ""
 
 
 def node_status(proc: RedisProcess) -> NodeStatus:
@@ -55,4 +67,5 @@ def node_status(proc: RedisProcess) -> NodeStatus:
     else:
         offset = info.get("slave_repl_offset")
         detail = f"of {info.get('master_host')}:{info.get('master_port')}, link {info.get('master_link_status')}"
-    return NodeStatus(proc.name, proc.port, pid, role, int(offset) if offset is not None else None, detail)
+    offset_n = int(offset) if offset is not None else None
+    return NodeStatus(proc.name, proc.port, pid, role, offset_n, detail, server_label(proc))

@@ -20,7 +20,7 @@ from labs.launcher.configs import sentinel_conf, server_conf
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import POLL_S, RedisProcess
 from labs.launcher.sentinel import MASTER_NAME, QUORUM, Address
-from labs.launcher.status import SentinelStatus, TopologyStatus, node_status
+from labs.launcher.status import SentinelStatus, TopologyStatus, node_status, server_label
 
 __all__ = ["MASTER_NAME", "QUORUM", "Address", "Addresses", "FailoverResult", "Topology", "TopologyStatus"]
 
@@ -262,7 +262,7 @@ class Topology:
         nodes = tuple(node_status(proc) for proc in self.servers)
         views = self.sentinel_views()
         sentinels = tuple(
-            SentinelStatus(proc.name, proc.port, proc.pid(), view)
+            SentinelStatus(proc.name, proc.port, proc.pid(), view, server_label(proc))
             for proc, view in zip(self.sentinels, views, strict=True)
         )
         return TopologyStatus(self.name, nodes, sentinels)
