@@ -32,7 +32,7 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from labs.experiments.partition_writes import Writer, WriterResult, result, wait_for
+from labs.experiments.partition_writes import Writer, WriterResult, add_acked_traces, result, wait_for
 from labs.launcher import netns
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import ClusterNode, cluster_info, masters, nodes_view, replicas_of
@@ -195,18 +195,9 @@ def figure(runs: Sequence[MinorityRun]) -> go.Figure:
     names = {"a": "a: cut-off master", "b": "b: same slot, majority", "other": "other shard, majority"}
     for row, run in enumerate(runs, start=1):
         for w in reversed(run.writers):  # the cut-off master's line last, on top of the other shard's
-            acked = [x for x in w.writes if x.outcome == "acked"]
             line = {"color": colours[w.name], "width": 3 if w.name == "a" else 1.5,
                     "dash": "dot" if w.name == "other" else "solid"}
-            fig.add_trace(go.Scatter(x=[x.t_s for x in acked], y=list(range(1, len(acked) + 1)), mode="lines",
-                                     name=names[w.name], line=line, legendgroup=w.name,
-                                     showlegend=row == 1), row=row, col=1)
-            lost = [(x.t_s, i) for i, x in enumerate(acked, start=1) if x.value in w.lost_values]
-            if lost:
-                fig.add_trace(go.Scatter(x=[t for t, _ in lost], y=[i for _, i in lost], mode="markers",
-                                         marker={"color": "black", "size": 2, "opacity": 0.5},
-                                         name="acked, then lost",
-                                         legendgroup="lost", showlegend=row == 1), row=row, col=1)
+            add_acked_traces(fig, w, row, name=names[w.name], line=line)
         for at, text in ((0.0, "cut"), (run.promoted_s, "promoted"), (run.healed_s, "heal")):
             fig.add_vline(x=at, line_dash="dot", line_color="grey", annotation_text=text, row=row, col=1)
     fig.update_layout(height=300 * len(runs), title="The cluster's minority side: acknowledged writes per client")

@@ -15,9 +15,10 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+import plotly.graph_objects as go
 import redis
 
 OUTCOMES = ("acked", "unconfirmed", "refused", "unknown")
@@ -141,3 +142,16 @@ def wait_for(check: Callable[[], bool], timeout_s: float, what: str, poll_s: flo
             return time.monotonic()
         time.sleep(poll_s)
     raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def add_acked_traces(fig: go.Figure, writer: WriterResult, row: int, *, name: str, line: Mapping[str, object]) -> None:
+    """``writer``'s acknowledged writes as a rising line in ``row`` of ``fig``, and the ones later
+    lost as black dots on it (the same legend entries in every row, shown in the first)."""
+    acked = [x for x in writer.writes if x.outcome == "acked"]
+    fig.add_trace(go.Scatter(x=[x.t_s for x in acked], y=list(range(1, len(acked) + 1)), mode="lines",
+                             name=name, line=dict(line), legendgroup=writer.name, showlegend=row == 1), row=row, col=1)
+    lost = [(x.t_s, i) for i, x in enumerate(acked, start=1) if x.value in writer.lost_values]
+    if lost:
+        fig.add_trace(go.Scatter(x=[t for t, _ in lost], y=[i for _, i in lost], mode="markers",
+                                 marker={"color": "black", "size": 2, "opacity": 0.5}, name="acked, then lost",
+                                 legendgroup="lost", showlegend=row == 1), row=row, col=1)

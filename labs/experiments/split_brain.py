@@ -38,7 +38,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from labs.experiments.partition_writes import Writer, WriterResult, result, wait_for
+from labs.experiments.partition_writes import Writer, WriterResult, add_acked_traces, result, wait_for
 from labs.launcher import netns, sentinel
 from labs.launcher.process import RedisProcess
 from labs.launcher.sentinel import MASTER_NAME
@@ -237,16 +237,7 @@ def figure(runs: Sequence[SplitBrainRun]) -> go.Figure:
     colours = {"a": "#d62728", "a2": "#ff7f0e", "b": "#1f77b4"}
     for row, run in enumerate(runs, start=1):
         for w in run.writers:
-            acked = [x for x in w.writes if x.outcome == "acked"]
-            fig.add_trace(go.Scatter(x=[x.t_s for x in acked], y=list(range(1, len(acked) + 1)), mode="lines",
-                                     name=f"{w.name}: {w.side}", line={"color": colours.get(w.name)},
-                                     legendgroup=w.name, showlegend=row == 1), row=row, col=1)
-            lost = [(x.t_s, i) for i, x in enumerate(acked, start=1) if x.value in w.lost_values]
-            if lost:
-                fig.add_trace(go.Scatter(x=[t for t, _ in lost], y=[i for _, i in lost], mode="markers",
-                                         marker={"color": "black", "size": 2, "opacity": 0.5},
-                                     name="acked, then lost",
-                                         legendgroup="lost", showlegend=row == 1), row=row, col=1)
+            add_acked_traces(fig, w, row, name=f"{w.name}: {w.side}", line={"color": colours.get(w.name)})
         for at, text in ((0.0, "cut"), (run.promoted_s, "promoted"), (run.healed_s, "heal"),
                          (run.demoted_s, "demoted")):
             fig.add_vline(x=at, line_dash="dot", line_color="grey", annotation_text=text, row=row, col=1)
