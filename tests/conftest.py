@@ -29,7 +29,7 @@ from monitoring_support import MonitoredStack
 from port_support import cluster_ports, session_ports
 from require_support import fail_required_skip, required_areas, skip_area, tagged
 
-from labs.launcher import ports, prom_binaries
+from labs.launcher import netns, ports, prom_binaries
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.monitoring import Monitoring
@@ -92,6 +92,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     _Session.run_dir = Path(tempfile.mkdtemp(prefix="redis-workbook-tests-"))
     os.environ["LAB_RUN_DIR"] = str(_Session.run_dir)
+    # The namespaces' registry too: a test that runs 'python -m labs down' destroys the fabrics of
+    # its registry, and with the checkout's own it took the other xdist worker's running ones with it.
+    os.environ[netns.REGISTRY_VAR] = str(_Session.run_dir / "netns")
     _free_ports_into_env()
     if url := os.environ.get("REDIS_URL"):
         _Session.url, _Session.source = url, "REDIS_URL"
@@ -147,6 +150,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         for topo in iter_topologies(_Session.run_dir):
             with contextlib.suppress(LauncherError):
                 topo.stop()
+        with contextlib.suppress(LauncherError):
+            netns.remove_registered()  # what a failed test left in namespaces of this session
         shutil.rmtree(_Session.run_dir, ignore_errors=True)
     if _Session.container is not None:
         _Session.container.stop()
