@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from solutions.cli import HelpFormatter, Parser, address, cluster_stream_problem, env_addresses, redis_url
+from solutions.cluster_site import ClusterSite
 from solutions.gc_tuning import tune_for_throughput
 from solutions.ledger import BUSY_TIMEOUT_MS
 from solutions.settings import DEDUPE_STRATEGIES, DEFAULT_REDIS_URL, InputError, Settings, default_consumer, env_default
-from solutions.shard_worker import ShardedWorker
 from solutions.shards import ShardCountError
 from solutions.worker import Worker
 
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level, settings.consumer)
     tune_for_throughput()
     try:
-        worker = ShardedWorker(settings) if settings.cluster else Worker(settings)
+        worker = Worker(settings, site=ClusterSite(settings)) if settings.cluster else Worker(settings)
         asyncio.run(worker.run(handle_signals=True))
         _ignore_late_signals()
     except InputError as exc:  # --cluster, or the shard registry it points at, is wrong

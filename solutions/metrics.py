@@ -4,7 +4,7 @@ Each :class:`Metrics` has a registry of its own, so several workers can live in 
 (a notebook) without clashing. The endpoint (``--metrics-port``) binds to 127.0.0.1 unless
 ``--metrics-host`` says otherwise. Every series carries the labels ``stream``, ``group`` and
 ``consumer``; a sharded worker's (on Redis Cluster) carry ``shard`` too, see
-:mod:`solutions.shard_metrics`. The names, as Prometheus shows them:
+:class:`WorkerMetrics`. The names, as Prometheus shows them:
 
 =========================================  =========  ==================================================================
 name                                       type       what
@@ -45,13 +45,15 @@ import bisect
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from solutions.stream_ids import id_ms
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +142,7 @@ class LagHistogram:
 
 
 def _lag_s(msg_id: str) -> float:
-    return max(0.0, time.time() - int(msg_id.split("-", 1)[0]) / 1000)
+    return max(0.0, time.time() - id_ms(msg_id) / 1000)
 
 
 class Metrics:
@@ -214,6 +216,125 @@ class _Collector(Collector):
             yield last
 
 
+# -- a worker's parts: one stream, or the shards of a stream on Redis Cluster -----------------
+#
+# Each part (a stream, or a shard ``orders:{0}``, ``orders:{1}`` ...) keeps a Metrics of its own, so
+# that a dashboard shows which shard stalls. On ``/metrics`` every series of a shard carries the
+# usual labels with ``stream`` set to the shard's key (the key Redis and redis_exporter know, so a
+# join ``on (stream, group)`` with the exporter's series works per shard) and one more label,
+# ``shard``: its index in the stream's shard set. A single stream has no ``shard`` label, so its
+# series are those of the table above. The totals over shards are a PromQL ``sum``:
+#
+#     sum without (stream, shard) (billing_group_lag)       # the group's lag over every shard
+#     sum by (shard) (rate(billing_processed_total[1m]))    # throughput per shard
+#
+# The business store is one for every shard, and an outage pauses them all: ``store_up`` and
+# ``store_outages`` are set on every part alike (EveryPart), so read them with ``max``.
+
+SHARD_LABEL = "shard"
+# The oldest, the latest; and the store's outages, counted on every part alike (EveryPart).
+MAX_FIELDS = frozenset({"stream_age_s", "processing_lag_s", "store_outages"})
+MIN_FIELDS = frozenset({"store_up"})  # one store for every part
+
+
+def part_metrics(*, stream: str, group: str, consumer: str, shard_index: int | None = None) -> Metrics:
+    """The metrics of one part: ``stream`` is its key; a shard also has its ``shard`` index label."""
+    metrics = Metrics(stream=stream, group=group, consumer=consumer)
+    if shard_index is not None:
+        metrics.labels[SHARD_LABEL] = str(shard_index)
+    return metrics
+
+
+def total(snapshots: Mapping[str, Snapshot]) -> Snapshot:
+    """Counters and sizes summed over the parts; ages the largest; ``store_up`` the smallest."""
+    out = Snapshot()
+    if not snapshots:
+        return out
+    for f in fields(Snapshot):
+        values = [getattr(s, f.name) for s in snapshots.values()]
+        if f.name in MAX_FIELDS:
+            setattr(out, f.name, max(values))
+        elif f.name in MIN_FIELDS:
+            setattr(out, f.name, min(values))
+        else:
+            setattr(out, f.name, sum(values))
+    return out
+
+
+class EveryPart(Metrics):
+    """A :class:`Metrics` whose ``set`` and ``inc`` go to every part's metrics: the worker's own
+    numbers (the store breaker's ``store_up`` and ``store_outages``)."""
+
+    def __init__(self, parts: list[Metrics]) -> None:
+        super().__init__(stream="*", group="*", consumer="*")
+        self.parts = parts
+
+    def set(self, name: str, value: float) -> None:
+        super().set(name, value)
+        for metrics in self.parts:
+            metrics.set(name, value)
+
+    def inc(self, name: str, amount: int = 1) -> None:
+        super().inc(name, amount)
+        for metrics in self.parts:
+            metrics.inc(name, amount)
+
+
+class WorkerMetrics:
+    """Every part's :class:`Metrics` of one worker (keyed by the part's stream key), one endpoint, totals."""
+
+    def __init__(self, parts: Mapping[str, Metrics]) -> None:
+        self.parts = dict(parts)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_MergedCollector(self))
+
+    @property
+    def values(self) -> Snapshot:
+        """A plain stream's live numbers (the object its counters add to); over shards, the totals now."""
+        if len(self.parts) == 1:
+            return next(iter(self.parts.values())).values
+        return self.total()
+
+    def snapshots(self) -> dict[str, Snapshot]:
+        return {name: m.snapshot() for name, m in self.parts.items()}
+
+    def total(self) -> Snapshot:
+        return total(self.snapshots())
+
+    def line(self) -> str:
+        """The log line: the totals, then (shards only) each shard's processed, pending and lag."""
+        if len(self.parts) <= 1:
+            return self.total().line()
+        parts = [
+            f"{name}:processed={s.processed},pending={s.pending:.0f},lag={format_gauge(s.group_lag)}"
+            for name, s in self.snapshots().items()
+        ]
+        return f"{self.total().line()} | shards {' '.join(parts)}"
+
+    def serve(self, port: int, host: str = DEFAULT_HOST) -> None:
+        """Serve every part's series on one ``/metrics`` (``host:port``)."""
+        start_http_server(port, addr=host, registry=self.registry)
+        shards = f" of {len(self.parts)} shards" if len(self.parts) > 1 else ""
+        log.info("prometheus metrics%s on http://%s:%s/metrics", shards, host, port)
+
+
+class _MergedCollector(Collector):
+    """One family per metric name, with every part's samples (a registry refuses two families of one name)."""
+
+    def __init__(self, owner: WorkerMetrics) -> None:
+        self.owner = owner
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for metrics in self.owner.parts.values():
+            for family in metrics.registry.collect():
+                into = merged.get(family.name)
+                if into is None:
+                    merged[family.name] = into = Metric(family.name, family.documentation, family.type, family.unit)
+                into.samples.extend(family.samples)
+        yield from merged.values()
+
+
 def group_numbers(groups: list[dict[Any, Any]], group: str) -> tuple[int, int | None]:
     """``(pending, lag)`` of ``group`` from an ``XINFO GROUPS`` reply; the lag is None when Redis
     does not know it (nil in the reply) or there is no such group."""
@@ -229,5 +350,4 @@ def stream_age_s(first_id: bytes | str | None, now_s: float) -> float:
     """How old the oldest entry is: now minus the timestamp in its id (0 for an empty stream)."""
     if first_id is None:
         return 0.0
-    text = first_id.decode() if isinstance(first_id, bytes) else first_id
-    return max(0.0, now_s - int(text.split("-", 1)[0]) / 1000)
+    return max(0.0, now_s - id_ms(first_id) / 1000)

@@ -30,166 +30,122 @@ WAIT's reply (null without ``--wait-replicas``); ``error`` says why an attempt w
 confirmed (null when it was); ``time`` is the unix time when the attempt ended. An event's
 outcome is its best attempt: confirmed if any attempt was, else refused if every attempt
 was, else unknown. The exit code is 1 when no event was confirmed at all.
+
+Where events go: one stream by URL or Sentinel, or with ``--cluster HOST:PORT --shards N`` the
+shards of a stream on Redis Cluster. The shards are the registered set
+(:func:`solutions.shards.ensure_shards`: the first producer or worker plans and stores them;
+another N is refused with one clear line), and an event goes to shard ``shard_of(order_id, N)``,
+so every event of an order lands in one shard, in the order it was made: per-key order starts
+here. Either way one :class:`Producer` makes the events on one schedule and hands each to the
+:class:`~solutions.sender.Sender` of its stream. With several shards each sender has a queue of
+its own: a shard whose master is dead makes only its own events wait (and re-sends them with
+backoff and the same ``event_id``), while the other shards are sent on schedule.
+
+The shard clients give up on a failed send at once (``retry_for_s`` 0) instead of sending it again
+themselves: a send whose connection broke is of *unknown* outcome, and only the producer may
+decide to send it again (it logs that attempt); a ``CLUSTERDOWN`` reply comes back as a
+*refused* attempt. Redirects (``MOVED`` after a failover or a reshard, ``ASK`` during one) are
+still followed, since a redirected command did not run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import contextlib
 import logging
-import random
 import signal
 import sys
 import time
-import uuid
+from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from redis.exceptions import BusyLoadingError, RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from solutions.cli import HelpFormatter, Parser, address, cluster_stream_problem, env_addresses, redis_url
-from solutions.connection import Backoff, Client, Streak, connect, describe
+from solutions.cluster_router import ClusterRouter, RoutingOptions
+from solutions.connection import connect, describe
 from solutions.failover_watch import FailoverWatch
+from solutions.sender import CONFIRMED, REFUSED, UNKNOWN, Outcome, Sender, Tally, make_event
 from solutions.settings import DEFAULT_REDIS_URL, MAX_SHARDS, SOCKET_MARGIN_S, InputError, env_default
+from solutions.shards import ensure_shards, shard_of
 
 log = logging.getLogger("solutions.producer")
 
+__all__ = ["CONFIRMED", "REFUSED", "UNKNOWN", "Outcome", "Producer", "Sender", "Tally", "build_parser", "main",
+           "make_event"]
 
-CONFIRMED, UNKNOWN, REFUSED = "confirmed", "unknown", "refused"
-
-
-@dataclass
-class Tally:
-    """Events by outcome (each event counted once, by its best attempt), and re-sent attempts."""
-
-    attempted: int = 0
-    confirmed: int = 0
-    unknown: int = 0
-    refused: int = 0
-    resent: int = 0
+Event = dict[str, str]
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How one attempt ended: its status, the id and replica count Redis gave, and why if not confirmed."""
+async def schedule(rate: float, count: int | None, stop: asyncio.Event) -> AsyncIterator[int]:
+    """Yield 0, 1, 2 ... at ``rate`` per second (0: as fast as the body allows) until ``count`` or ``stop``.
 
-    status: str
-    msg_id: str | None = None
-    replicas: int | None = None
-    error: str | None = None
-
-
-def make_event(order_count: int) -> dict[str, str]:
-    """One ``order.paid`` event with a fresh ``event_id``."""
-    cents = random.randint(100, 99_999)
-    return {
-        "type": "order.paid",
-        "order_id": f"order-{random.randrange(order_count)}",
-        "amount": f"{cents // 100}.{cents % 100:02d}",
-        "event_id": uuid.uuid4().hex,
-        "produced_at_ms": str(int(time.time() * 1000)),
-    }
+    The n-th yield is due at ``start + n / rate``: a slow body (a re-send with backoff) is made
+    up for afterwards, never by sending faster than the schedule's total.
+    """
+    interval_s = 1.0 / rate if rate > 0 else 0.0
+    started, made = time.monotonic(), 0
+    while not stop.is_set() and (count is None or made < count):
+        yield made
+        made += 1
+        delay_s = started + made * interval_s - time.monotonic() if interval_s else 0.0
+        if delay_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay_s)
+        else:
+            await asyncio.sleep(0)  # let the senders run
 
 
 class Producer:
-    """Sends events with ``XADD`` (+ ``WAIT``) and logs each outcome."""
+    """``--rate`` events a second, each to the sender of its stream: one, or one per shard (``route``)."""
 
-    def __init__(self, client: Client, args: argparse.Namespace, out: IO[str] | None) -> None:
-        self.client = client
+    def __init__(self, senders: list[Sender], args: argparse.Namespace,
+                 route: Callable[[Event], int] | None = None) -> None:
+        if not senders:
+            raise ValueError("a producer needs at least one sender")
+        self.senders = senders
         self.args = args
-        self.out = out
-        self.tally = Tally()
-        self.backoff = Backoff(base_s=0.05, cap_s=1.0)
-        self.streak = Streak(log, "XADD")
+        self.route = route or (lambda event: shard_of(event["order_id"], len(senders)))
+        self._queues: list[asyncio.Queue[Event | None]] = []
 
-    async def send(self, event: dict[str, str], stop: asyncio.Event | None = None) -> str:
-        """Send one event: a first attempt, then up to ``--resend`` re-sends until one is confirmed.
-
-        Returns the event's outcome (``confirmed``, ``refused`` when every attempt was refused,
-        else ``unknown``). Every attempt is logged.
-        """
-        statuses: list[str] = []
-        for attempt in range(1, self.args.resend + 2):
-            if attempt > 1:
-                if stop is not None and stop.is_set():
-                    break
-                self.tally.resent += 1
-            outcome = await self.attempt(event)
-            statuses.append(outcome.status)
-            self._log(event, attempt, outcome)
-            if outcome.status == CONFIRMED:
-                self.backoff.reset()
-                break
-            await self.backoff.sleep()
-        final = CONFIRMED if CONFIRMED in statuses else REFUSED if set(statuses) == {REFUSED} else UNKNOWN
-        self.tally.attempted += 1
-        setattr(self.tally, final, getattr(self.tally, final) + 1)
-        return final
-
-    async def attempt(self, event: dict[str, str]) -> Outcome:
-        """``XADD stream [MAXLEN ~ n] * fields`` then, if asked, ``WAIT n timeout``: one pipeline, one outcome."""
-        a = self.args
-        try:
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.xadd(a.stream, event, maxlen=a.maxlen, approximate=True)  # type: ignore[arg-type]
-                if a.wait_replicas:
-                    pipe.wait(a.wait_replicas, a.wait_timeout_ms)
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
-        except BusyLoadingError as exc:  # a -LOADING reply: the XADD was not executed
-            self.streak.failed(exc)
-            return Outcome(REFUSED, error=describe(exc))
-        except (RedisError, OSError) as exc:  # connection lost, timeout, no master: the XADD may have landed
-            self.streak.failed(exc)  # each attempt's outcome is in --log; stderr gets one line per streak
-            return Outcome(UNKNOWN, error=describe(exc))
-        if isinstance(replies[0], ResponseError):  # OOM, READONLY ...: Redis did not write the entry
-            self.streak.failed(replies[0])
-            return Outcome(REFUSED, error=describe(replies[0]))
-        self.streak.recovered()
-        raw_id = replies[0]
-        msg_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
-        if not a.wait_replicas:
-            return Outcome(CONFIRMED, msg_id)
-        replicas = None if isinstance(replies[1], Exception) else int(replies[1])
-        if replicas is not None and replicas >= a.wait_replicas:
-            return Outcome(CONFIRMED, msg_id, replicas)
-        why = describe(replies[1]) if replicas is None else f"WAIT: {replicas} of {a.wait_replicas} replicas acked"
-        return Outcome(UNKNOWN, msg_id, replicas, why)
-
-    def _log(self, event: dict[str, str], attempt: int, outcome: Outcome) -> None:
-        if self.out is None:
-            return
-        record = {
-            "event_id": event["event_id"],
-            "attempt": attempt,
-            "status": outcome.status,
-            "msg_id": outcome.msg_id,
-            "replicas": outcome.replicas,
-            "error": outcome.error,
-            "time": time.time(),
-            "order_id": event["order_id"],
-            "amount": event["amount"],
-        }
-        self.out.write(json.dumps(record) + "\n")
-        self.out.flush()
+    @property
+    def tally(self) -> Tally:
+        """Every sender's tally, added up."""
+        total = Tally()
+        for sender in self.senders:
+            total.add(sender.tally)
+        return total
 
     async def run(self, stop: asyncio.Event) -> Tally:
-        """Send at ``--rate`` per second until ``--count`` sends or ``stop``."""
+        """Make events on schedule until ``--count`` or ``stop``; each sender then sends what it holds.
+
+        One sender sends each event before the next is made (a re-send delays the schedule, which
+        catches up after); several send from queues of their own, so that a dead shard holds up
+        only its own events.
+        """
         a = self.args
-        interval_s = 1.0 / a.rate if a.rate > 0 else 0.0
-        started = time.monotonic()
-        while not stop.is_set() and (a.count is None or self.tally.attempted < a.count):
-            await self.send(make_event(a.orders), stop)
-            if interval_s:
-                delay_s = started + self.tally.attempted * interval_s - time.monotonic()
-                if delay_s > 0:
-                    with suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), delay_s)
-            else:
-                await asyncio.sleep(0)
+        if len(self.senders) == 1:
+            (sender,) = self.senders
+            async for _ in schedule(a.rate, a.count, stop):
+                await sender.send(make_event(a.orders), stop)
+            return self.tally
+        self._queues = [asyncio.Queue() for _ in self.senders]
+        sending = [asyncio.create_task(self._send(i, stop)) for i in range(len(self.senders))]
+        async for _ in schedule(a.rate, a.count, stop):
+            event = make_event(a.orders)
+            self._queues[self.route(event)].put_nowait(event)
+        for queue in self._queues:
+            queue.put_nowait(None)
+        await asyncio.gather(*sending)
         return self.tally
+
+    async def _send(self, index: int, stop: asyncio.Event) -> None:
+        sender, queue = self.senders[index], self._queues[index]
+        while (event := await queue.get()) is not None:
+            await sender.send(event, stop)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master-name", default="mymaster", help="the master's name in Sentinel")
     p.add_argument("--cluster", action="append", type=address, metavar="HOST:PORT",
                    help="a node of a Redis Cluster (repeatable; BILLING_CLUSTER=H:P,H:P): write each event to the "
-                   "shard <stream>:{tag} its order_id routes to (solutions.shard_producer)")
+                   "shard <stream>:{tag} its order_id routes to")
     p.add_argument("--shards", type=int, default=env_default("shards", "") or None,
                    help="with --cluster: the stream's number of shards, fixed for its life (default: as registered)")
     p.add_argument("--stream", default="orders", help="stream to write")
@@ -238,9 +194,7 @@ async def _amain(args: argparse.Namespace) -> Tally:
     out = args.log.open("a", encoding="utf-8") if args.log else None
     try:
         if args.cluster:
-            from solutions.shard_producer import run_on_cluster  # the cluster router only when asked
-
-            tally = await run_on_cluster(args, stop, out)
+            tally = await _to_cluster(args, stop, out)
         else:
             tally = await _to_one_stream(args, stop, out)
     finally:
@@ -261,12 +215,35 @@ async def _to_one_stream(args: argparse.Namespace, stop: asyncio.Event, out: IO[
     try:
         with suppress(RedisError, OSError):  # connect before the schedule; a Redis that is down shows in the sends
             await client.ping()
-        return await Producer(client, args, out).run(stop)
+        return await Producer([Sender(client, args, out)], args).run(stop)
     finally:
         watch.cancel()
         with suppress(asyncio.CancelledError):
             await watch
         await client.aclose()
+
+
+def routing_options(args: argparse.Namespace) -> RoutingOptions:
+    """No retries inside the client (the producer's own re-sends are logged), a socket timeout above WAIT's."""
+    wait_s = args.wait_timeout_ms / 1000 if args.wait_replicas else 0.0
+    return RoutingOptions(socket_timeout_s=wait_s + SOCKET_MARGIN_S, retry_for_s=0.0)
+
+
+async def _to_cluster(args: argparse.Namespace, stop: asyncio.Event, out: IO[str] | None) -> Tally:
+    """Connect, find (or register) the shard set, and produce until done; the router is closed after."""
+    router = await ClusterRouter.connect(args.cluster, routing_options(args))
+    watch = asyncio.create_task(router.watch(), name="cluster-watch")
+    try:
+        shards = await ensure_shards(router, args.stream, args.shards)
+        log.info("producing to %s shards of %s: %s", len(shards), args.stream, ", ".join(shards.names))
+        senders = [Sender(router.client(name), argparse.Namespace(**{**vars(args), "stream": name}), out)
+                   for name in shards.names]
+        return await Producer(senders, args).run(stop)
+    finally:
+        watch.cancel()
+        with suppress(asyncio.CancelledError):
+            await watch
+        await router.aclose()
 
 
 def main(argv: list[str] | None = None) -> int:

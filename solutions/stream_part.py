@@ -1,8 +1,8 @@
 """One stream's reader, rescuer and pipeline, with the pool and the metrics they share.
 
-A :class:`~solutions.worker.Worker` has one part: its stream. A
-:class:`~solutions.shard_worker.ShardedWorker` has one per shard of a stream on Redis Cluster, each
-on the client of its shard's slot and with a pool of its own. :func:`build_part` wires a part to a
+A :class:`~solutions.worker.Worker` has one part per place its site names: one for a plain
+stream, one per shard of a stream on Redis Cluster, each on the client of its shard's slot and
+with a pool of its own. :func:`build_part` wires a part to a
 client and to what the worker shares between its parts (the handler's settings, the ledger, the
 store's breaker); :func:`refresh_gauges` samples its stream for the metrics.
 """

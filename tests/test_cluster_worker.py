@@ -20,7 +20,8 @@ from labs.experiments.cluster_worker import (
     worker_settings,
 )
 from labs.launcher.cluster import ClusterTopology
-from solutions.shard_worker import ShardedWorker
+from solutions.cluster_site import ClusterSite
+from solutions.worker import Worker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,12 +77,13 @@ def test_a_stop_while_one_shard_has_no_live_copy_drains_in_seconds(healthy_clust
     async def scenario() -> float:
         settings = worker_settings(startup_nodes(healthy_cluster), "cw:stall", 3, tmp_path / "l.sqlite3",
                                    drain_timeout_s=2.0)
-        worker = ShardedWorker(settings)
+        site = ClusterSite(settings)
+        worker = Worker(settings, site=site)
         task = asyncio.create_task(worker.run())
         await until(lambda: task.done() or (len(worker.parts) == 3 and all(p.rescuer.holding for p in worker.parts)),
                     15, "every shard's rescuer holding its lease")
-        assert worker.router is not None and not task.done()
-        owner = worker.router.owner(worker.parts[0].name)
+        assert site.router is not None and not task.done()
+        owner = site.router.owner(worker.parts[0].name)
         assert owner is not None
         nodes = healthy_cluster.nodes()
         master = next(node for node in nodes if node.port == owner[1])

@@ -1,4 +1,4 @@
-"""billing-producer --cluster (solutions.shard_producer) on a real cluster: every event in the shard its order_id
+"""billing-producer --cluster (one Producer over the shards) on a real cluster: every event in the shard its order_id
 routes to, one log line per attempt, the shard set registered once; another shard count or --shards without
 --cluster is one clear line."""
 

@@ -1,4 +1,4 @@
-"""solutions.shard_worker on a real cluster: every event charged once and in key order, a shard label on
+"""The worker on a cluster site (solutions.cluster_site): every event charged once and in key order, a shard label on
 /metrics, CLUSTERDOWN on one shard's master waited out with backoff (one line each way) while the other
 shards keep charging, a locked ledger pausing every shard alike, and the CLI's clear lines for a wrong shard
 count or a missing cluster."""
@@ -25,7 +25,7 @@ from labs.experiments.cluster_worker import running, startup_nodes, worker_setti
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.ports import free_port
 from solutions.cluster_router import ClusterRouter
-from solutions.shard_metrics import total
+from solutions.metrics import total
 from solutions.shards import ShardSet, ensure_shards, slot_of
 
 pytestmark = pytest.mark.timeout(90)

@@ -8,6 +8,8 @@ from pathlib import Path
 import redis
 from billing_support import charge_counts, produce, running, settings, until
 
+from solutions.site import StreamSite
+
 
 def test_two_groups_on_one_stream_each_receive_every_event(
     redis_url: str, key_prefix: str, tmp_path: Path
@@ -36,7 +38,7 @@ def test_summary_and_gauges(redis_url: str, key_prefix: str, tmp_path: Path) -> 
     async def scenario() -> None:
         async with running(s) as worker:
             await until(lambda: worker.counts.processed == 10, 10, "ten charges")
-            assert worker.client is None
+            assert isinstance(worker.site, StreamSite) and worker.site.given is None  # its own client
             await worker.refresh_gauges(redis.asyncio.Redis.from_url(redis_url))
             assert worker.counts.stream_length == 10
             assert worker.counts.pending == 0 and worker.counts.group_lag == 0

@@ -29,8 +29,8 @@ from labs.experiments.cluster_worker import running, startup_nodes, worker_setti
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import owner, replicas_of
 from solutions.cluster_router import ClusterRouter, RoutingOptions
-from solutions.shard_worker import ShardedWorker
 from solutions.shards import ensure_shards, slot_of
+from solutions.worker import Worker
 
 PROBE_INTERVAL_S = 0.005
 SAMPLE_S = 0.002
@@ -81,7 +81,7 @@ async def _first_write_after(client: RedisCluster, key: str, killed_at: asyncio.
             await asyncio.sleep(PROBE_INTERVAL_S)
 
 
-async def _acked_past(worker: ShardedWorker, shard: str, floor: int, what: str) -> None:
+async def _acked_past(worker: Worker, shard: str, floor: int, what: str) -> None:
     """Wait until the worker has acked more than ``floor`` messages of ``shard``, sampling every
     ``SAMPLE_S`` (the recovery figures are read off this); TimeoutError naming ``what``."""
     deadline = time.monotonic() + READY_TIMEOUT_S

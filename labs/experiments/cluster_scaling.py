@@ -5,7 +5,7 @@
 - :func:`resplit`: what changing the number of shards does to one order: its next event goes
   to another shard, which is handled before the old shard's backlog.
 
-Both run :class:`~solutions.shard_worker.ShardedWorker` in this process (see
+Both run :class:`~solutions.worker.Worker` on a :class:`~solutions.cluster_site.ClusterSite` in this process (see
 :mod:`labs.experiments.cluster_worker`) and read the ledger.
 """
 

@@ -1,6 +1,7 @@
 """The sharded worker on a real cluster under load: a master's death, a live reshard, per-key order.
 
-Each scenario runs :class:`~solutions.shard_worker.ShardedWorker` as asyncio tasks in this process
+Each scenario runs :class:`~solutions.worker.Worker` on a :class:`~solutions.cluster_site.ClusterSite`
+as asyncio tasks in this process
 (as notebook 09 does) with a SQLite ledger, and judges it from records the worker does not
 write: the writers' acknowledged XADDs (:mod:`labs.experiments.cluster_load`), the ledger, and
 XPENDING read from the cluster.
@@ -40,9 +41,10 @@ from labs.experiments.cluster_load import (
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.reshard import move_slot
 from solutions.cluster_router import ClusterRouter
+from solutions.cluster_site import ClusterSite
 from solutions.settings import Address, Settings
-from solutions.shard_worker import ShardedWorker
 from solutions.shards import ShardSet, ensure_shards, shard_of, slot_of
+from solutions.worker import Worker
 
 GROUP = "billing"
 DRAIN_TIMEOUT_S = 30.0
@@ -67,7 +69,7 @@ def startup_nodes(topology: ClusterTopology) -> list[Address]:
 @contextlib.asynccontextmanager
 async def running(settings: Settings) -> Any:
     """A sharded worker as a task for the duration of the block, then drained."""
-    worker = ShardedWorker(settings)
+    worker = Worker(settings, site=ClusterSite(settings))
     task = asyncio.create_task(worker.run())
     deadline = time.monotonic() + 15
     while not worker.started.is_set() and not task.done() and time.monotonic() < deadline:
