@@ -29,11 +29,11 @@ from monitoring_support import MonitoredStack
 from port_support import cluster_ports, session_ports
 from require_support import fail_required_skip, required_areas, skip_area, tagged
 
-from labs.launcher import netns, ports, prom_binaries
+from labs.launcher import netns, ports, prom_binaries, topologies
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.monitoring import Monitoring
-from labs.launcher.topology import Topology, iter_topologies
+from labs.launcher.topology import Topology
 
 REDIS_IMAGE = "redis:7.0.15"
 
@@ -100,7 +100,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         _Session.url, _Session.source = url, "REDIS_URL"
         return
     try:
-        _Session.url = Topology.from_env("single").ensure().url
+        _Session.url = topologies.from_env("single").ensure().url
         _Session.source = "redis-server spawned by the launcher"
     except LauncherError as exc:
         native = str(exc)
@@ -147,7 +147,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if _Session.run_dir is not None:
         with contextlib.suppress(LauncherError):
             Monitoring.from_env(_Session.run_dir).stop()
-        for topo in iter_topologies(_Session.run_dir):
+        for topo in topologies.iter_topologies(_Session.run_dir):
             with contextlib.suppress(LauncherError):
                 topo.stop()
         with contextlib.suppress(LauncherError):
@@ -193,7 +193,7 @@ def topology_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calla
     def make(name: str = "single", *, down_after_ms: int = 1000) -> Topology:
         if not shutil.which("redis-server"):
             skip_area("redis", "redis-server is not installed (run 'make setup')")
-        topo = Topology.on_free_ports(name, tmp_path_factory.mktemp(name), down_after_ms=down_after_ms)
+        topo = topologies.on_free_ports(name, tmp_path_factory.mktemp(name), down_after_ms=down_after_ms)
         made.append(topo)
         topo.ensure()
         return topo
@@ -212,8 +212,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterTopolog
     """
     if not (shutil.which("redis-server") and shutil.which("redis-cli")):
         skip_area("redis", "redis-server or redis-cli is not installed (run 'make setup')")
-    topo = Topology.create("cluster", tmp_path_factory.mktemp("cluster"), server_ports=cluster_ports(6))
-    assert isinstance(topo, ClusterTopology)
+    topo = topologies.create("cluster", tmp_path_factory.mktemp("cluster"), server_ports=cluster_ports(6))
     try:
         topo.ensure()
         yield topo
@@ -246,7 +245,7 @@ def monitored_stack() -> MonitoredStack:
         skip_area("monitoring", reason)
     if not shutil.which("redis-sentinel"):
         skip_area("redis", "redis-sentinel is not installed (run 'make setup')")
-    sentinel, aof = Topology.from_env("sentinel"), Topology.from_env("aof")
+    sentinel, aof = topologies.from_env("sentinel"), topologies.from_env("aof")
     sentinel.ensure()
     aof.ensure()
     mon = Monitoring.from_env()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from port_support import cluster_ports
 
-from labs.launcher import binaries, ports
+from labs.launcher import binaries, ports, topologies
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import SLOTS, cluster_info, masters, readiness_problem, replicas_of
 from labs.launcher.errors import LauncherError
@@ -86,7 +86,7 @@ def test_busy_bus_port_names_the_variable(tmp_path: Path) -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", picked[2] + ports.CLUSTER_BUS_OFFSET))
         squatter.listen()
-        topo = Topology.create("cluster", tmp_path, server_ports=picked)
+        topo = topologies.create("cluster", tmp_path, server_ports=picked)
         try:
             with pytest.raises(LauncherError) as err:
                 topo.ensure()
@@ -98,9 +98,8 @@ def test_busy_bus_port_names_the_variable(tmp_path: Path) -> None:
 
 
 def test_node_that_dies_at_start_shows_its_log(tmp_path: Path) -> None:
-    topo = Topology.create(
-        "cluster", tmp_path, server_ports=cluster_ports(6), extra_config=("cluster-node-timeout bogus",)
-    )
+    topo = topologies.create("cluster", tmp_path, server_ports=cluster_ports(6),
+                             extra_config=("cluster-node-timeout bogus",))
     try:
         with pytest.raises(LauncherError, match=r"exited with code .*cluster-node-timeout"):
             topo.ensure()
@@ -115,7 +114,7 @@ def test_missing_redis_cli_is_one_clear_line(tmp_path: Path, monkeypatch: pytest
     server = binaries.find("redis-server")  # the flavour's (valkey-server on valkey8)
     (bin_dir / Path(server).name).symlink_to(server)
     monkeypatch.setenv("REDIS_BIN_DIR", str(bin_dir))
-    topo = Topology.create("cluster", tmp_path, server_ports=cluster_ports(6))
+    topo = topologies.create("cluster", tmp_path, server_ports=cluster_ports(6))
     try:
         with pytest.raises(LauncherError, match=r"-cli not found in .*: install"):
             topo.ensure()
@@ -125,9 +124,9 @@ def test_missing_redis_cli_is_one_clear_line(tmp_path: Path, monkeypatch: pytest
 
 def test_ports_without_a_valid_bus_port_are_refused(tmp_path: Path) -> None:
     with pytest.raises(LauncherError, match="below 55536"):
-        Topology.create("cluster", tmp_path, server_ports=[60001, 60002, 60003, 60004, 60005, 60006])
+        topologies.create("cluster", tmp_path, server_ports=[60001, 60002, 60003, 60004, 60005, 60006])
     with pytest.raises(LauncherError, match="6 distinct ports"):
-        Topology.create("cluster", tmp_path, server_ports=[7001, 7002])
+        topologies.create("cluster", tmp_path, server_ports=[7001, 7002])
 
 
 @pytest.mark.failover

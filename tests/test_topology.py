@@ -16,6 +16,7 @@ import pytest
 import redis
 from billing_support import wait_until
 
+from labs.launcher import topologies
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import pid_alive
 from labs.launcher.sentinel import pairs
@@ -29,7 +30,7 @@ def _pids(topo: Topology) -> list[int]:
 
 
 def test_up_status_down_leaves_no_process(tmp_path: Path) -> None:
-    topo = Topology.on_free_ports("single", tmp_path)
+    topo = topologies.on_free_ports("single", tmp_path)
     addrs = topo.ensure()
     pids = _pids(topo)
     assert len(pids) == 1 and addrs.url.endswith(f":{topo.servers[0].port}/0")
@@ -41,7 +42,7 @@ def test_up_status_down_leaves_no_process(tmp_path: Path) -> None:
 
 
 def test_up_twice_reuses_the_running_processes(tmp_path: Path) -> None:
-    topo = Topology.on_free_ports("aof", tmp_path)
+    topo = topologies.on_free_ports("aof", tmp_path)
     try:
         topo.ensure()
         first = _pids(topo)
@@ -52,7 +53,7 @@ def test_up_twice_reuses_the_running_processes(tmp_path: Path) -> None:
 
 
 def test_stale_pid_file_is_cleaned_up(tmp_path: Path) -> None:
-    topo = Topology.on_free_ports("single", tmp_path)
+    topo = topologies.on_free_ports("single", tmp_path)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     server = topo.servers[0]
     server.home.mkdir(parents=True)
@@ -78,7 +79,7 @@ def test_foreign_process_on_the_port_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_process_that_dies_at_start_shows_its_log(tmp_path: Path) -> None:
-    topo = Topology.on_free_ports("single", tmp_path)
+    topo = topologies.on_free_ports("single", tmp_path)
     bad = Topology.create(
         "single", tmp_path, server_ports=[topo.servers[0].port], extra_config=("maxmemory-policy bogus",)
     )

@@ -16,8 +16,8 @@ from rich.progress import Progress
 
 from labs.bench import placement, runner
 from labs.bench.results import table, verdicts, write_json
+from labs.launcher import topologies
 from labs.launcher.errors import LauncherError
-from labs.launcher.topology import Topology
 from solutions.gc_tuning import tune_for_throughput
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 150)
     plan = plan_from(args)
     with tempfile.TemporaryDirectory(prefix="bench-redis-") as tmp:
-        topo = Topology.on_free_ports("single", Path(tmp))
+        topo = topologies.on_free_ports("single", Path(tmp))
         try:
             url = topo.ensure().url
             where = placement.measure(url, topo.servers[0].pid())

@@ -19,7 +19,7 @@ from redis.asyncio.sentinel import Sentinel
 
 from labs.bench.ceiling import order_fields
 from labs.bench.worker_runs import bench_settings
-from labs.launcher.topology import MASTER_NAME, Topology
+from labs.launcher.topology import MASTER_NAME, SentinelTopology
 from solutions.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class Recovery:
     promoted_s: float
 
 
-def _sentinel_client(topo: Topology) -> redis.asyncio.Redis:
+def _sentinel_client(topo: SentinelTopology) -> redis.asyncio.Redis:
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         [("127.0.0.1", s.port) for s in topo.sentinels], socket_timeout=0.5, socket_connect_timeout=0.5
     )
@@ -44,7 +44,7 @@ def _sentinel_client(topo: Topology) -> redis.asyncio.Redis:
     return client
 
 
-async def _load(topo: Topology, stream: str, stop: asyncio.Event) -> None:
+async def _load(topo: SentinelTopology, stream: str, stop: asyncio.Event) -> None:
     """Keep producing while the test runs, whatever the master does."""
     client = _sentinel_client(topo)
     i = 0
@@ -66,7 +66,7 @@ class Kill:
     at: float = 0.0
 
 
-def _kill_master(topo: Topology, kill: Kill, loop: asyncio.AbstractEventLoop) -> float:
+def _kill_master(topo: SentinelTopology, kill: Kill, loop: asyncio.AbstractEventLoop) -> float:
     """SIGKILL the master, tell the loop, wait for the quorum; returns seconds to promotion."""
     old = topo.master_addr()
     kill.at = time.monotonic()
@@ -76,7 +76,7 @@ def _kill_master(topo: Topology, kill: Kill, loop: asyncio.AbstractEventLoop) ->
     return time.monotonic() - kill.at
 
 
-async def _first_write_after(topo: Topology, key: str, kill: Kill, stop: asyncio.Event) -> float:
+async def _first_write_after(topo: SentinelTopology, key: str, kill: Kill, stop: asyncio.Event) -> float:
     """The plain writer: seconds from the kill to its first successful XADD."""
     client = _sentinel_client(topo)
     await kill.event.wait()
@@ -113,7 +113,7 @@ async def _under_load(worker: Worker, acked: int, timeout_s: float) -> None:
         await asyncio.sleep(0.01)
 
 
-async def one_failover(topo: Topology, ledger: Path, stream: str, timeout_s: float = 30.0) -> Recovery:
+async def one_failover(topo: SentinelTopology, ledger: Path, stream: str, timeout_s: float = 30.0) -> Recovery:
     """Load, a worker and a plain writer; kill -9 the master; time both recoveries."""
     settings = replace(
         bench_settings(topo.url, stream, dedupe="sqlite", ledger=ledger, parallelism=8, count=16),
@@ -139,7 +139,7 @@ async def one_failover(topo: Topology, ledger: Path, stream: str, timeout_s: flo
     return Recovery(worker_s=worker_s, writer_s=writer_s, promoted_s=promoted_s)
 
 
-def _heal(topo: Topology) -> None:
+def _heal(topo: SentinelTopology) -> None:
     """Bring the killed master back (as a replica) so that the next round can fail over again."""
     topo.ensure()
     with contextlib.suppress(Exception):

@@ -15,8 +15,8 @@ from rich.progress import Progress, TaskID
 from labs.bench import ceiling, cluster, memory, producer, recovery, throughput, worker_runs
 from labs.bench.results import Row
 from labs.bench.throughput import ROUND, Pairs, Run, gc_mode, timed
+from labs.launcher import topologies
 from labs.launcher.cluster import ClusterTopology
-from labs.launcher.topology import Topology
 from solutions.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class Bench:
         if rounds == 0:
             return
         task = self.progress.add_task("failover", total=rounds)
-        topo = Topology.on_free_ports("sentinel", self.workdir / "sentinel", down_after_ms=1000)
+        topo = topologies.on_free_ports("sentinel", self.workdir / "sentinel", down_after_ms=1000)
         worker_row = Row("failover", "worker: kill -9 of the master → first charge", "s")
         writer_row = Row("failover", "plain redis-py writer via Sentinel → first XADD", "s")
         promoted_row = Row("failover", "kill -9 → quorum reports the new master", "s")
@@ -196,8 +196,7 @@ class Bench:
         if not self.plan.cluster_shards and not self.plan.cluster_kills:
             return
         task = self.progress.add_task("cluster", total=2 + self.plan.cluster_kills)
-        topo = Topology.on_free_ports("cluster", self.workdir / "cluster")
-        assert isinstance(topo, ClusterTopology)
+        topo = topologies.on_free_ports("cluster", self.workdir / "cluster")
         try:
             await asyncio.to_thread(topo.ensure)
             if self.plan.cluster_shards:

@@ -33,11 +33,10 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 from labs.experiments.partition_writes import Writer, WriterResult, add_acked_traces, result, wait_for
-from labs.launcher import netns
+from labs.launcher import netns, topologies
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import ClusterNode, cluster_info, masters, nodes_view, replicas_of
 from labs.launcher.process import RedisProcess
-from labs.launcher.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +86,7 @@ def run_timeout(
 
     ``partition_s`` defaults to two node timeouts plus 3 s: enough for the promotion.
     """
-    topo = Topology.on_free_ports("cluster", run_dir, netns=True)
-    assert isinstance(topo, ClusterTopology)
+    topo = topologies.on_free_ports("cluster", run_dir, netns=True)
     topo.node_timeout_ms = node_timeout_ms
     cut_s = partition_s if partition_s is not None else 2 * node_timeout_ms / 1000 + 3.0
     try:

@@ -28,7 +28,7 @@ import redis
 from labs.experiments.persistence import count_present, write_acknowledged
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import POLL_S, RedisProcess
-from labs.launcher.topology import QUORUM, Address, Topology
+from labs.launcher.topology import QUORUM, Address, SentinelTopology
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def replicas_online(client: redis.Redis) -> int:
     return sum(1 for key, value in info.items() if key.startswith("slave") and _state(value) == "online")
 
 
-def wait_replicas_online(topology: Topology, timeout_s: float = 30.0) -> float:
+def wait_replicas_online(topology: SentinelTopology, timeout_s: float = 30.0) -> float:
     """Wait until every running replica has finished its sync with the master; return the wait in s.
 
     A replica counts as connected as soon as it asks for a sync, but it holds nothing until
@@ -87,7 +87,7 @@ def wait_replicas_online(topology: Topology, timeout_s: float = 30.0) -> float:
     return time.monotonic() - started
 
 
-def replica_of(topology: Topology) -> RedisProcess:
+def replica_of(topology: SentinelTopology) -> RedisProcess:
     """The first running redis-server of ``topology`` that is not its current master."""
     master_port = topology.master_addr()[1]
     for proc in topology.servers:
@@ -97,7 +97,7 @@ def replica_of(topology: Topology) -> RedisProcess:
 
 
 @contextlib.contextmanager
-def replica_cut(topology: Topology, timeout_s: float = 5.0) -> Iterator[RedisProcess]:
+def replica_cut(topology: SentinelTopology, timeout_s: float = 5.0) -> Iterator[RedisProcess]:
     """Freeze the replica (``SIGSTOP``) and drop its link on the master (``CLIENT KILL TYPE replica``).
 
     Inside the block the master acknowledges writes that no replica receives. On exit the
@@ -129,7 +129,7 @@ def link_cut(master: RedisProcess, replica: RedisProcess, timeout_s: float = 5.0
 
 
 def failover_tail_loss(
-    topology: Topology, *, stream: str, n_before: int, n_tail: int, wait_timeout_ms: int = 100
+    topology: SentinelTopology, *, stream: str, n_before: int, n_tail: int, wait_timeout_ms: int = 100
 ) -> TailLossResult:
     """Write linked, cut the link, write the tail, ``kill -9`` the master, let Sentinel promote, count.
 
@@ -203,7 +203,7 @@ class RejoinResult:
 
 
 def rejoin_old_master(
-    topology: Topology, old: Address, *, stream: str, tail_ids: Sequence[str], timeout_s: float = 40.0
+    topology: SentinelTopology, old: Address, *, stream: str, tail_ids: Sequence[str], timeout_s: float = 40.0
 ) -> RejoinResult:
     """Restart the killed master, count the tail it reloads, wait until Sentinel makes it a replica.
 
@@ -229,7 +229,7 @@ def rejoin_old_master(
     return RejoinResult(after_restart, after_resync, time.monotonic() - started)
 
 
-def _rejoined(topology: Topology, old: Address, client: redis.Redis) -> bool:
+def _rejoined(topology: SentinelTopology, old: Address, client: redis.Redis) -> bool:
     if sum(1 for view in topology.sentinel_views() if view == old) >= QUORUM:
         raise LauncherError(
             f"the sentinels failed over a second time and made the old master {old} the master again; "

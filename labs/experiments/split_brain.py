@@ -39,7 +39,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from labs.experiments.partition_writes import Writer, WriterResult, add_acked_traces, result, wait_for
-from labs.launcher import netns, sentinel
+from labs.launcher import netns, sentinel, topologies
 from labs.launcher.process import RedisProcess
 from labs.launcher.sentinel import MASTER_NAME
 from labs.launcher.topology import Topology
@@ -121,7 +121,7 @@ def run_guard(
     with_wait: bool = False,
 ) -> SplitBrainRun:
     """One sentinel topology in namespaces, one partition and heal; everything stopped and removed afterwards."""
-    topo = Topology.on_free_ports("sentinel", run_dir, down_after_ms=down_after_ms, netns=True,
+    topo = topologies.on_free_ports("sentinel", run_dir, down_after_ms=down_after_ms, netns=True,
                                   extra_config=guard.config())
     try:
         topo.ensure()

@@ -37,7 +37,7 @@ import redis
 from labs.experiments.partition_writes import wait_for
 from labs.experiments.split_brain import caught_up, linked_replica
 from labs.experiments.worker_procs import GROUP, ROOT, charges, flags, producer_command, worker_command
-from labs.launcher import netns, sentinel
+from labs.launcher import netns, sentinel, topologies
 from labs.launcher.sentinel import MASTER_NAME
 from labs.launcher.topology import Topology
 
@@ -85,7 +85,7 @@ def _worker(topo: Topology, fabric: netns.Fabric, side: str, run_dir: Path, dedu
 def run_dedupe(run_dir: Path, dedupe: str, *, partition_s: float = 7.0, rate: float = 150.0) -> WorkerPartition:
     """One sentinel topology in namespaces, two workers, a producer, a cut and a heal; everything removed after."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    topo = Topology.on_free_ports("sentinel", run_dir / "topology", netns=True)
+    topo = topologies.on_free_ports("sentinel", run_dir / "topology", netns=True)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         topo.ensure()

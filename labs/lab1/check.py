@@ -25,8 +25,8 @@ from labs.lab1.client import client as naming_client
 from labs.lab1.impl import REFERENCE, ImplError, load_impl, probe_block, probe_group, probe_producer
 from labs.lab1.scenario import run_scenario
 from labs.lab1.settings import PRESETS
+from labs.launcher import topologies
 from labs.launcher.errors import LauncherError
-from labs.launcher.topology import Topology
 from labs.report import Check, left_running, make_console, print_checks
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = make_console()
     try:
-        url = args.redis_url or Topology.from_env("aof").ensure().url
+        url = args.redis_url or topologies.from_env("aof").ensure().url
     except LauncherError as exc:
         console.print(f"error: {escape(str(exc))}")
         return 2

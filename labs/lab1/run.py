@@ -44,8 +44,8 @@ from labs.lab1.record import Sample, ScenarioResult
 from labs.lab1.scenario import run_scenario
 from labs.lab1.settings import PRESETS, Lab1Settings
 from labs.lab1.summary import build_report, write_logs
+from labs.launcher import topologies
 from labs.launcher.errors import LauncherError
-from labs.launcher.topology import Topology
 from labs.report import Report, ReportPaths, left_running, make_console, print_report, write_report
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def run_persistence(settings: Lab1Settings, console: Console) -> list[persistenc
     with tempfile.TemporaryDirectory(prefix="lab1-persistence-") as tmp, _progress(console) as progress:
         task = progress.add_task("persistence: kill -9", total=2)
         for name in ("single", "aof"):
-            topo = Topology.on_free_ports(name, Path(tmp))
+            topo = topologies.on_free_ports(name, Path(tmp))
             try:
                 topo.ensure()
                 results.append(
@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = PRESETS["smoke" if args.smoke else "quick" if args.quick else "full"]
     console = make_console()
     try:
-        url = args.redis_url or Topology.from_env("aof").ensure().url
+        url = args.redis_url or topologies.from_env("aof").ensure().url
         console.print(f"lab 1 on {url} with {escape(args.impl)}: {settings.messages} events ...")
         report, paths = run_lab(
             settings, redis_url=url, impl_spec=args.impl, console=console, reports_dir=args.reports_dir

@@ -25,8 +25,7 @@ from redis.cluster import RedisCluster
 
 from labs import launcher
 from labs.lab3.streams import CellStreams
-from labs.launcher.cluster import ClusterTopology
-from labs.launcher.topology import Topology
+from labs.launcher import topologies
 from solutions.cluster_router import ClusterRouter
 from solutions.settings import Address
 from solutions.shards import ensure_shards
@@ -95,8 +94,7 @@ class ClusterDeployment:
         shards there are the hit ones), ``fault_t``, ``promoted_t`` and ``promoted_after_s``; after a
         kill the old master is started again and rejoins as a replica (``replica_back_after_s``).
         """
-        topo = Topology.from_env("cluster")
-        assert isinstance(topo, ClusterTopology)
+        topo = topologies.from_env("cluster")
         fault_t = time.time()
         done = topo.failover(hard=hard, timeout_s=FAILOVER_TIMEOUT_S, restart_old=True)
         return {"kind": "kill -9" if hard else "CLUSTER FAILOVER", "old": done.old_master, "new": done.new_master,

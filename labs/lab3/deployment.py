@@ -23,7 +23,7 @@ import redis
 from labs import launcher
 from labs.lab3.probe import master_client
 from labs.lab3.streams import CellStreams
-from labs.launcher.topology import Topology
+from labs.launcher import topologies
 
 FAILOVER_TIMEOUT_S = 30.0
 
@@ -111,7 +111,7 @@ class SentinelDeployment:
             promoted_t = time.time()
             return {"kind": "SENTINEL FAILOVER", "old": result.old_master, "new": result.new_master,
                     "fault_t": fault_t, "promoted_t": promoted_t, "promoted_after_s": result.elapsed_s}
-        topo = Topology.from_env("sentinel")
+        topo = topologies.from_env("sentinel")
         old = topo.master_addr()
         deadline = time.monotonic() + FAILOVER_TIMEOUT_S
         fault_t = time.time()

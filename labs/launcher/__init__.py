@@ -14,11 +14,13 @@ variables so that notebook kernels started by nbval use free ports too.
 
 from __future__ import annotations
 
+from labs.launcher import topologies
 from labs.launcher.cluster import ClusterFailoverResult, ClusterTopology
 from labs.launcher.errors import LauncherError
 from labs.launcher.topology import (
     Addresses,
     FailoverResult,
+    SentinelTopology,
     Topology,
     TopologyStatus,
 )
@@ -26,8 +28,10 @@ from labs.launcher.topology import (
 __all__ = [
     "Addresses",
     "ClusterFailoverResult",
+    "ClusterTopology",
     "FailoverResult",
     "LauncherError",
+    "SentinelTopology",
     "Topology",
     "TopologyStatus",
     "ensure",
@@ -40,17 +44,17 @@ __all__ = [
 
 def ensure(name: str = "single") -> Addresses:
     """Start the topology ``single``, ``aof``, ``sentinel`` or ``cluster`` (or reuse it) and return its addresses."""
-    return Topology.from_env(name).ensure()
+    return topologies.from_env(name).ensure()
 
 
 def status(name: str = "single") -> TopologyStatus:
     """Roles, ports, replication offsets and the master each sentinel reports."""
-    return Topology.from_env(name).status()
+    return topologies.from_env(name).status()
 
 
 def failover(*, hard: bool = False, timeout_s: float = 30.0, restart_old: bool = True) -> FailoverResult:
     """Fail the ``sentinel`` topology over; returns once a quorum reports the new master."""
-    return Topology.from_env("sentinel").failover(hard=hard, timeout_s=timeout_s, restart_old=restart_old)
+    return topologies.from_env("sentinel").failover(hard=hard, timeout_s=timeout_s, restart_old=restart_old)
 
 
 def failover_cluster(
@@ -61,11 +65,10 @@ def failover_cluster(
     Returns a :class:`~labs.launcher.cluster.ClusterFailoverResult` (``elapsed_s`` until every
     live node names the new master, ``slots``, ``ready_s`` once the old master is a linked replica).
     """
-    topo = Topology.from_env("cluster")
-    assert isinstance(topo, ClusterTopology)
+    topo = topologies.from_env("cluster")
     return topo.failover(hard=hard, master_port=master_port, timeout_s=timeout_s, restart_old=restart_old)
 
 
 def stop(name: str = "single") -> list[int]:
     """Stop every process of the topology by pid; returns the pids that were stopped."""
-    return Topology.from_env(name).stop()
+    return topologies.from_env(name).stop()

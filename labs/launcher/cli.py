@@ -9,11 +9,10 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from labs.launcher import monitoring_cli, netns
-from labs.launcher.cluster import ClusterTopology
+from labs.launcher import monitoring_cli, netns, topologies
 from labs.launcher.errors import LauncherError
 from labs.launcher.ports import DEFAULTS
-from labs.launcher.topology import TOPOLOGIES, Topology, TopologyStatus, default_run_dir
+from labs.launcher.topology import TOPOLOGIES, TopologyStatus, default_run_dir
 from labs.report import make_console
 
 console = make_console()  # piped (make status | tee): no wrapping at 80 columns
@@ -73,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "up":
         return _up(args)
     if args.command == "status":
-        shown = [status for name in _names(args.topology) if (status := Topology.from_env(name).status()).running]
+        shown = [status for name in _names(args.topology) if (status := topologies.from_env(name).status()).running]
         for status in shown:
             _print_status(status)
         monitoring_cli.print_status(console)
@@ -87,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "failover" and args.topology == "cluster":
         return _failover_cluster(args)
     if args.command == "failover":
-        topo = Topology.from_env("sentinel")
+        topo = topologies.from_env("sentinel")
         kind = "kill -9 of the master" if args.hard else "SENTINEL FAILOVER"
         console.print(f"failover by {kind} ...")
         result = topo.failover(hard=args.hard, timeout_s=args.timeout_s, restart_old=not args.no_restart)
@@ -103,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         monitoring_cli.stop_if_running(console)
     stopped: list[int] = []
     for name in _names(args.topology):
-        stopped += Topology.from_env(name).stop()
+        stopped += topologies.from_env(name).stop()
     console.print(f"stopped {len(stopped)} process(es)" + (f": pids {stopped}" if stopped else ""))
     if args.topology == "all" and (removed := netns.remove_registered()):
         console.print(f"removed {len(removed)} network namespace(s) left by partition runs of this checkout")
@@ -117,7 +116,7 @@ def _print_namespaces() -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    topo = Topology.from_env(args.topology, netns=args.netns)
+    topo = topologies.from_env(args.topology, netns=args.netns)
     before = [p.pid() for p in topo.processes]
     addrs = topo.ensure()
     verb = "reused" if all(before) else "started"
@@ -133,8 +132,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _failover_cluster(args: argparse.Namespace) -> int:
-    topo = Topology.from_env("cluster")
-    assert isinstance(topo, ClusterTopology)
+    topo = topologies.from_env("cluster")
     kind = "kill -9 of a master" if args.hard else "CLUSTER FAILOVER on a replica"
     console.print(f"cluster failover by {kind} ...")
     result = topo.failover(

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labs.launcher import ports, prom_binaries, worker_targets
+from labs.launcher import ports, prom_binaries, topologies, worker_targets
 from labs.launcher.errors import LauncherError
 from labs.launcher.prom_api import PrometheusAPI, Target
 from labs.launcher.prom_config import ExporterTarget, collect_script, prometheus_config
@@ -115,7 +115,7 @@ class Monitoring:
         if not streams:
             raise LauncherError(f"{STREAMS_VAR} lists no stream pattern")
         prom_port = ports.from_env(PROMETHEUS_PORT_VAR)[0]
-        catalog = [Topology.from_env(name, run) for name in TOPOLOGIES]
+        catalog = [topologies.from_env(name, run) for name in TOPOLOGIES]
         return cls(run / "monitoring", catalog, prom_port, ports.from_env(EXPORTER_PORTS_VAR), streams, scale)
 
     # -- layout ---------------------------------------------------------------------------

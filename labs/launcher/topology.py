@@ -1,4 +1,7 @@
-"""The native Redis topologies: ``single``, ``aof``, ``sentinel`` (and ``cluster``, in :mod:`labs.launcher.cluster`).
+"""The native Redis topologies ``single``, ``aof`` and ``sentinel`` (:class:`SentinelTopology`).
+
+``cluster`` is :mod:`labs.launcher.cluster`'s, built on :class:`Topology`; build any of them by
+name with :mod:`labs.launcher.topologies` (the factory, typed per name).
 
 Everything a topology writes (configs, logs, pid files, data) lives under
 ``<run_dir>/<topology>/``, where ``run_dir`` is ``$LAB_RUN_DIR`` or ``.run`` at the
@@ -11,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,7 +24,9 @@ from labs.launcher.process import POLL_S, RedisProcess
 from labs.launcher.sentinel import MASTER_NAME, QUORUM, Address
 from labs.launcher.status import SentinelStatus, TopologyStatus, node_status, server_label
 
-__all__ = ["MASTER_NAME", "QUORUM", "Address", "Addresses", "FailoverResult", "Topology", "TopologyStatus"]
+__all__ = [
+    "MASTER_NAME", "QUORUM", "Address", "Addresses", "FailoverResult", "SentinelTopology", "Topology", "TopologyStatus",
+]
 
 TOPOLOGIES = ("single", "aof", "sentinel", "cluster")
 DOWN_AFTER_VAR = "LAB_DOWN_AFTER_MS"
@@ -85,13 +89,10 @@ class Topology:
     ) -> Topology:
         if name not in TOPOLOGIES:
             raise LauncherError(f"unknown topology {name!r}; choose one of {', '.join(TOPOLOGIES)}")
-        if netns and name not in ("sentinel", "cluster"):
-            raise LauncherError(f"--netns is for the sentinel and cluster topologies, not {name!r}")
         if name == "cluster":
-            from labs.launcher.cluster import ClusterTopology  # local: cluster.py builds on this module
-
-            cluster = ClusterTopology.build(run_dir, server_ports, port_vars=port_vars, extra_config=extra_config)
-            return cluster.in_namespaces() if netns else cluster
+            raise LauncherError("the cluster topology is built by labs.launcher.topologies.create('cluster', ...)")
+        if netns and name != "sentinel":
+            raise LauncherError(f"--netns is for the sentinel and cluster topologies, not {name!r}")
         if down_after_ms < 100:
             raise LauncherError(f"down-after-milliseconds {down_after_ms} is too small (>= 100)")
         home = Path(run_dir).resolve() / name
@@ -103,7 +104,8 @@ class Topology:
             sentinels = [RedisProcess(f"sentinel-{p}", p, home, sentinel_bin) for p in sentinel_ports or []]
             if len(servers) < 2 or len(sentinels) < 3:
                 raise LauncherError("the sentinel topology needs a master, a replica and three sentinels")
-        topo = cls(name, home, servers, sentinels, dict(port_vars or {}), down_after_ms, extra_config)
+        kind = SentinelTopology if name == "sentinel" else Topology
+        topo = kind(name, home, servers, sentinels, dict(port_vars or {}), down_after_ms, extra_config)
         return topo.in_namespaces() if netns else topo
 
     def in_namespaces(self) -> Topology:
@@ -130,11 +132,6 @@ class Topology:
         if name == "aof":
             (port,) = ports.from_env(ports.AOF_PORT_VAR)[:1]
             return cls.create(name, run, server_ports=[port], port_vars={port: ports.AOF_PORT_VAR})
-        if name == "cluster":
-            nodes = ports.from_env(ports.CLUSTER_PORTS_VAR)
-            return cls.create(
-                name, run, server_ports=nodes, port_vars=dict.fromkeys(nodes, ports.CLUSTER_PORTS_VAR), netns=netns
-            )
         master = ports.from_env(ports.MASTER_PORT_VAR)[0]
         replica = ports.from_env(ports.REPLICA_PORT_VAR)[0]
         watchers = ports.from_env(ports.SENTINEL_PORTS_VAR)
@@ -156,9 +153,6 @@ class Topology:
         extra_config: tuple[str, ...] = (),
     ) -> Topology:
         """The same topology on ports the kernel says are free (tests run beside a lab)."""
-        if name == "cluster":
-            return cls.create(name, run_dir, server_ports=ports.free_cluster_ports(6), netns=netns,
-                              extra_config=extra_config)
         n_servers, n_sentinels = (2, 3) if name == "sentinel" else (1, 0)
         picked = _distinct_free_ports(n_servers + n_sentinels)
         return cls.create(
@@ -203,9 +197,11 @@ class Topology:
         for proc in self.processes:
             if proc.pid() is None:
                 self.start(proc)
-        if self.sentinels:
-            self.wait_ready()
+        self._when_started()
         return self.addresses()
+
+    def _when_started(self) -> None:
+        """What :meth:`ensure` waits for once every process answers PING (nothing more here)."""
 
     def start(self, proc: RedisProcess) -> int:
         """Start one process of this topology; a busy port names the variable that moves it."""
@@ -267,6 +263,13 @@ class Topology:
         )
         return TopologyStatus(self.name, nodes, sentinels)
 
+
+class SentinelTopology(Topology):
+    """A master, a replica and three sentinels: ready once the sentinels agree and see each other."""
+
+    def _when_started(self) -> None:
+        self.wait_ready()
+
     # -- sentinel ---------------------------------------------------------------------
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -304,8 +307,6 @@ class Topology:
         master with SIGKILL. With ``restart_old`` the killed master is started again
         afterwards, and the sentinels turn it into a replica of the new master.
         """
-        if not self.sentinels:
-            raise LauncherError(f"the {self.name} topology has no sentinels; use 'sentinel'")
         old = self.master_addr()
         started = time.monotonic()
         if hard:
@@ -344,9 +345,3 @@ def _distinct_free_ports(n: int) -> list[int]:
         if port not in picked:
             picked.append(port)
     return picked
-
-
-def iter_topologies(run_dir: Path | None = None) -> Iterator[Topology]:
-    """Every topology on its configured ports (for ``down`` and ``status`` without a name)."""
-    for name in TOPOLOGIES:
-        yield Topology.from_env(name, run_dir)

@@ -27,7 +27,7 @@ import redis
 
 from labs.experiments import claiming
 from labs.experiments.persistence import StopResult, kill_and_count
-from labs.launcher.topology import Topology
+from labs.launcher import topologies
 from labs.panels.quiz import Check, Question, Quiz
 
 TITLE = "Проверь себя: модуль 1"
@@ -86,7 +86,7 @@ def _min_idle(redis_url: str) -> Check:
 def _kill_right_after_xadd(c: Any, p: str) -> int:
     """0: everything lost; 1: nothing can be lost; 2: kept here, and Redis reports postponed writes."""
     with tempfile.TemporaryDirectory(prefix="quiz-aof-") as tmp:
-        topology = Topology.on_free_ports("aof", Path(tmp))
+        topology = topologies.on_free_ports("aof", Path(tmp))
         try:
             topology.ensure()
             result = kill_and_count(topology, stream=p + "aof", n_writes=200, fsync_wait_s=0)
