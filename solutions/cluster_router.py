@@ -61,7 +61,7 @@ from redis.exceptions import AskError, ClusterDownError, MovedError, ResponseErr
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from solutions.connection import Backoff, Streak, reply_code
+from solutions.connection import RETRY_REPLIES, Backoff, Streak, reply_code
 from solutions.settings import Address
 from solutions.slot_map import RoutingOptions, SlotMap, SlotOwnerConnection
 
@@ -69,7 +69,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RETRIED = (ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError)
-RETRIED_REPLIES = ("UNBLOCKED", "LOADING", "MASTERDOWN")
 Ask = tuple[tuple[Any, ...], dict[str, Any]]
 
 __all__ = ["ClusterRouter", "RoutingOptions", "ShardClient", "ShardPipeline"]
@@ -79,7 +78,7 @@ def retried(exc: BaseException) -> bool:
     """Errors that mean "not now, try again": the cluster is moving, not the command wrong."""
     if isinstance(exc, RETRIED):
         return True
-    return isinstance(exc, ResponseError) and reply_code(exc) in RETRIED_REPLIES
+    return isinstance(exc, ResponseError) and reply_code(exc) in RETRY_REPLIES
 
 
 class ShardClient(aioredis.Redis):

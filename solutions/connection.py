@@ -37,7 +37,12 @@ RETRIES = 3
 RETRY_BASE_S = 0.05
 RETRY_CAP_S = 0.5
 CONNECT_TIMEOUT_S = 2.0
-TRANSIENT_REPLIES = ("UNBLOCKED", "READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY ")
+# The one list of "not now, try again" replies. These three follow a failover or a restart and come
+# back from redis-py as a plain ResponseError (no subclass of their own), so nothing retries them
+# unless told: UNBLOCKED (a demoted master closes its blocked clients), LOADING, MASTERDOWN.
+RETRY_REPLIES = ("UNBLOCKED", "LOADING", "MASTERDOWN")
+# Every transient reply, for classifying an error: the three above and those redis-py has classes for.
+TRANSIENT_REPLIES = (*RETRY_REPLIES, "READONLY", "TRYAGAIN", "CLUSTERDOWN", "BUSY ")
 
 Client = aioredis.Redis
 # What a Redis call raises when Redis (or the way to it), not our code, fails: redis-py's

@@ -8,14 +8,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from labs.launcher.process import RedisProcess
+from labs.polling import until as until  # the one polling rule (labs/polling.py)
+from labs.polling import wait_until as wait_until
 from solutions.handler import BillingHandler, Handler
 from solutions.ledger import Ledger, read_rows
 from solutions.messages import OrderEvent
@@ -38,38 +39,6 @@ def settings(url: str, prefix: str, ledger: Path, **overrides: Any) -> Settings:
     }
     values.update(overrides)
     return Settings(**values)
-
-
-def _polls(predicate: Callable[[], Any], timeout_s: float, what: str) -> Iterator[Any]:
-    """The one polling rule of the tests: yield None until ``predicate`` is truthy (then its
-    value, once); fail with ``what`` after ``timeout_s``. The waiting between polls is the caller's."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            yield value
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        yield None
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.05) -> Any:
-    """Poll ``predicate`` until it is truthy and return its value; fail with ``what`` after ``timeout_s``."""
-    for value in _polls(predicate, timeout_s, what):
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError("unreachable")
-
-
-async def until(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.02) -> Any:
-    """:func:`wait_until` inside an event loop: the worker's tasks run while it polls."""
-    for value in _polls(predicate, timeout_s, what):
-        if value:
-            return value
-        await asyncio.sleep(poll_s)
-    raise AssertionError("unreachable")
 
 
 @contextlib.asynccontextmanager

@@ -30,6 +30,7 @@ import redis
 from labs.exercises.exercise import Exercise, Miss, expect
 from labs.launcher.errors import LauncherError
 from labs.launcher.prom_api import PrometheusAPI
+from solutions.stream_ids import id_ms
 
 GROUP = "billing"
 LAG_STREAM = "ex:lag:orders"
@@ -94,7 +95,7 @@ def prepare_stuck_and_quiet(r: redis.Redis, prefix: str) -> tuple[str, str, str]
 
 
 def _last_ms(stream_id: str) -> int:
-    return int(str(stream_id).split("-", 1)[0])
+    return id_ms(stream_id)
 
 
 def _query(prom: PrometheusAPI, expr: str) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from typing import Any
 import redis
 
 from labs.experiments.pool_and_dlq import GROUP, add_orders, base_settings, charges
-from labs.experiments.worker_crash import until
+from labs.polling import poll_async as until
 from solutions.ledger import read_rows
 from solutions.metrics import Snapshot
 from solutions.worker import Worker

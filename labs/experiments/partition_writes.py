@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 import redis
 
+from labs.polling import wait_until
+
 OUTCOMES = ("acked", "unconfirmed", "refused", "unknown")
 
 
@@ -136,12 +138,12 @@ def result(writer: Writer, side: str, kept: Iterable[bytes | str | int], origin:
 
 def wait_for(check: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05) -> float:
     """Poll ``check`` until true; the monotonic time it became true (``TimeoutError`` naming ``what``)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return time.monotonic()
-        time.sleep(poll_s)
-    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+    def became_true() -> float | None:
+        return time.monotonic() if check() else None
+
+    moment = wait_until(became_true, timeout_s, what, poll_s)
+    assert moment is not None  # wait_until returns a truthy value
+    return moment
 
 
 def add_acked_traces(fig: go.Figure, writer: WriterResult, row: int, *, name: str, line: Mapping[str, object]) -> None:

@@ -30,12 +30,12 @@ from redis.retry import Retry
 
 from labs.experiments.read_loop import GROUP
 from labs.launcher import ports
-from solutions.connection import Backoff
+from solutions.connection import RETRY_REPLIES, Backoff
 
 # Wait these out and read again; none of the last two is a redis.ConnectionError.
 RETRY_READ: tuple[type[redis.RedisError], ...] = (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError)
-# Replies that follow a failover or a restart and arrive as a plain ResponseError.
-TRANSIENT_REPLIES = ("UNBLOCKED", "LOADING", "MASTERDOWN")
+# Replies that follow a failover or a restart and arrive as a plain ResponseError (the project's one list).
+TRANSIENT_REPLIES = RETRY_REPLIES
 
 
 def retryable(exc: BaseException) -> bool:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,8 @@ from typing import Any
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from labs.polling import poll as poll
 
 GROUP = "billing"
 
@@ -176,11 +177,3 @@ def _pel(client: redis.Redis, stream: str) -> int:
     return int(client.xpending(stream, GROUP)["pending"])
 
 
-def poll(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.01) -> bool:
-    """Call ``predicate`` until it is true or ``timeout_s`` passes; its last value."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(poll_s)
-    return bool(predicate())

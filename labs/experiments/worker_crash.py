@@ -27,13 +27,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
 
+from labs.polling import poll_async as until
 from solutions.settings import Settings
 from solutions.worker import Worker
 
@@ -160,12 +160,3 @@ def _settled(client: redis.Redis, stream: str, ledger: Path, event_id: str, dedu
     return dedupe == "redis" or charges_for(ledger, event_id) >= 1
 
 
-async def until(check: Callable[[], bool], timeout_s: float) -> bool:
-    """Poll ``check`` until it holds or ``timeout_s`` passes; its last answer. It runs in a thread:
-    it may query Redis or the ledger while the worker's tasks go on."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await asyncio.to_thread(check):
-            return True
-        await asyncio.sleep(0.05)
-    return bool(await asyncio.to_thread(check))

@@ -14,13 +14,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
 
+from labs.polling import wait_until as wait_until  # re-exported: notebook 07 and the experiments
 from solutions.ledger import read_rows
 
 GROUP = "billing"
@@ -154,25 +154,3 @@ def delivered_ids(client: redis.Redis, stream: str, group: str = GROUP) -> set[s
     return {str(msg_id) for msg_id, _ in client.xrange(stream, "-", last) or []}
 
 
-def wait_until(
-    predicate: Callable[[], T],
-    timeout_s: float,
-    what: str,
-    poll_s: float = 0.05,
-    ignoring: tuple[type[Exception], ...] = (),
-) -> T:
-    """Poll until ``predicate()`` is truthy and return it; TimeoutError naming ``what`` otherwise.
-
-    Exceptions listed in ``ignoring`` count as "not yet" (an endpoint that is still starting).
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value = predicate()
-        except ignoring:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(poll_s)

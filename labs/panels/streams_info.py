@@ -20,6 +20,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from solutions.stream_ids import id_ms
+
 MAX_CONSUMERS = 16
 
 
@@ -47,12 +49,6 @@ def snapshot_client(redis_url: str, *, timeout_s: float, client_name: str) -> re
         retry=Retry(NoBackoff(), 0),
         client_name=client_name,
     )
-
-
-def id_ms(entry_id: str | bytes) -> int:
-    """The millisecond part of a stream entry ID (``1712345678901-0`` -> ``1712345678901``)."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.split("-", 1)[0])
 
 
 def _text(value: Any) -> str:
