@@ -122,7 +122,7 @@ def run_guard(
 ) -> SplitBrainRun:
     """One sentinel topology in namespaces, one partition and heal; everything stopped and removed afterwards."""
     topo = topologies.on_free_ports("sentinel", run_dir, down_after_ms=down_after_ms, netns=True,
-                                  extra_config=guard.config())
+                                    extra_config=guard.config())
     try:
         topo.ensure()
         return _partitioned(topo, guard, partition_s, interval_ms / 1000, wait_ms, with_wait)
