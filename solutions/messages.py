@@ -155,7 +155,7 @@ def parse_order(stream: str, delivery: Delivery) -> OrderEvent:
         return _parse_decoded(stream, delivery.msg_id, _decode_all(fields))
     else:  # one dict of the raw pairs, built in C; the last pair of a name wins, as in field_map
         it = iter(fields)
-        get = dict(zip(it, it)).get
+        get = dict(zip(it, it, strict=False)).get  # even: checked above
         kind, order_id, amount, event_id = get(_TYPE), get(_ORDER_ID), get(_AMOUNT), get(_EVENT_ID)
     if kind == _ORDER_PAID and order_id and amount and amount[0] in _ONE_TO_NINE:
         joined = b"".join(fields)  # every name and value at once: their total length, all ASCII?

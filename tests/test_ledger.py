@@ -101,14 +101,19 @@ def test_a_ledger_created_with_the_older_applied_events_layout_still_applies_onc
     assert "WITHOUT ROWID" not in sql
 
 
+def _hundred(start: int) -> list[Charge]:
+    return [Charge(f"e-{start + i}", "o-1", "1.00", f"1-{start + i}", "c") for i in range(100)]
+
+
 def _wal_bytes(path: Path) -> int:
     wal = Path(f"{path}-wal")
     return wal.stat().st_size if wal.exists() else 0
 
 
-def test_one_charge_alone_costs_about_two_kilobytes_of_wal(tmp_path: Path) -> None:
+def test_one_charge_alone_costs_about_three_kilobytes_of_wal(tmp_path: Path) -> None:
     """The policy's point (solutions.checkpoints): 1 KiB pages, no sqlite_sequence write: a
-    charge committed alone (a lab's rate) appends two or three 1,048-byte frames, not 12 KB."""
+    charge committed alone (a lab's rate) appends about three 1,048-byte frames (the two leaves
+    it lands in, a parent now and then), where 4 KiB pages and AUTOINCREMENT took 12-15 KB."""
     from solutions.checkpoints import PAGE_SIZE
 
     path = tmp_path / "l.sqlite3"
@@ -125,7 +130,7 @@ def test_one_charge_alone_costs_about_two_kilobytes_of_wal(tmp_path: Path) -> No
     finally:
         ledger.close()
     assert (page_size, sequence) == (PAGE_SIZE, 0)
-    assert 2 * (PAGE_SIZE + 24) <= per_charge <= 3 * (PAGE_SIZE + 24), f"{per_charge:.0f} bytes of WAL per charge"
+    assert 2 * (PAGE_SIZE + 24) <= per_charge <= 4 * (PAGE_SIZE + 24), f"{per_charge:.0f} bytes of WAL per charge"
 
 
 def test_the_wal_stays_bounded_under_a_steady_stream_of_commits(tmp_path: Path) -> None:
@@ -138,14 +143,14 @@ def test_the_wal_stays_bounded_under_a_steady_stream_of_commits(tmp_path: Path) 
     peak = 0
     try:
         for start in range(0, 20_000, 100):
-            ledger.write([Charge(f"e-{start + i}", "o-1", "1.00", f"1-{start + i}", "c") for i in range(100)], once=True)
+            ledger.write(_hundred(start), once=True)
             peak = max(peak, _wal_bytes(path))
         assert ledger.total_charges() == 20_000
     finally:
         ledger.close()
     bound = WAL_AUTOCHECKPOINT_PAGES * (PAGE_SIZE + 24)
     assert peak <= bound + 200 * (PAGE_SIZE + 24), f"the WAL reached {peak} bytes"  # bound + one batch's pages
-    assert JOURNAL_SIZE_LIMIT_BYTES <= bound + PAGE_SIZE
+    assert bound + PAGE_SIZE >= JOURNAL_SIZE_LIMIT_BYTES
     assert path.stat().st_size > 2 * peak  # the charges are in the database, not in the WAL
     assert not Path(f"{path}-wal").exists()  # the last connection to close checkpointed the rest
 
@@ -161,7 +166,7 @@ def test_a_probe_that_commits_copies_the_wal_back_and_cuts_it_to_zero(tmp_path: 
         reader.execute("BEGIN")  # a reader's snapshot holds the WAL: autocheckpoints cannot finish
         reader.execute("SELECT count(*) FROM charges").fetchone()
         for start in range(0, 3_000, 100):
-            ledger.write([Charge(f"e-{start + i}", "o-1", "1.00", f"1-{start + i}", "c") for i in range(100)], once=True)
+            ledger.write(_hundred(start), once=True)
         reader.rollback()
         assert _wal_bytes(path) > JOURNAL_SIZE_LIMIT_BYTES  # past the bound: it could not be checkpointed
         ledger.probe()

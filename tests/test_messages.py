@@ -9,7 +9,6 @@ import pytest
 
 from solutions.messages import Delivery, OrderEvent, PermanentError, dedupe_key, flat_fields, parse_order
 
-
 PRODUCER = {b"type": b"order.paid", b"order_id": b"o-1", b"amount": b"9.99", b"event_id": b"e-1"}
 FIVE_MORE = {b"seq": b"17", b"trace_id": b"4bf92f3577b34da6a3ce929d0e0e4736", b"source": b"web",
              b"currency": b"EUR", b"produced_at_ms": b"1700000000000"}
