@@ -24,6 +24,8 @@ MAX_FIELD_BYTES = 256
 # fields is looked up by name (see parse_order), just as fast.
 PRODUCER_FIELDS = [b"type", b"order_id", b"amount", b"event_id"]
 _TYPE, _ORDER_ID, _AMOUNT, _EVENT_ID = PRODUCER_FIELDS
+MAX_LAYOUTS = 256  # layouts of field names remembered by the fast path (a producer has one or two)
+_LAYOUTS: dict[tuple[bytes, ...], tuple[int, int, int, int]] = {}
 _ONE_TO_NINE = frozenset(b"123456789")  # an amount's first byte, as an int
 _ORDER_PAID = ORDER_PAID.encode()
 _ZERO = Decimal(0)
@@ -130,16 +132,18 @@ def parse_amount(text: str) -> Decimal:
 def parse_order(stream: str, delivery: Delivery) -> OrderEvent:
     """Validate a delivery as an ``order.paid`` event; raise PermanentError with the reason.
 
-    The fast path only ever accepts, and it does so for any set of fields in any order: one
-    pass over the flat reply in C (a dict of the raw pairs, the last pair of a name winning,
-    as in :func:`field_map`) picks the four names it knows and keeps the others unread. It
-    accepts when every value is short enough in bytes (so in characters too), every name and
-    value decodes (one ``isascii`` over all of them; a non-ASCII one is decoded on its own),
+    The fast path only ever accepts, and it does so for any set of fields in any order: the
+    producer's own layout is unpacked at once; any other layout of names is looked up (a
+    tuple of the names, one dict lookup) in the positions learnt from the first message with
+    those names (:func:`_positions`: the last pair of a name wins, as in :func:`field_map`),
+    so the four values are picked without building a dict per message and the other fields
+    stay unread. It accepts when every value is short enough in bytes (so in characters too), every name and
+    value decodes (one ``isascii``, else one ``decode``, over all of them joined by newlines),
     the type is ``order.paid``, and there is an order id and an amount that starts with a
     digit 1-9 and is a decimal (so it is finite and positive). Anything else takes the slow
     path, which decodes every field and gives every verdict, so each rejection (and its
     reason) is decided in one place. A field the contract allows (``produced_at_ms``, a
-    producer's ``seq`` or trace id) costs one more dict entry, not the slow path.
+    producer's ``seq`` or trace id) costs one more name in a tuple, not the slow path.
     """
     fields = delivery.fields
     if fields is None:
@@ -153,14 +157,19 @@ def parse_order(stream: str, delivery: Delivery) -> OrderEvent:
         _, kind, _, order_id, _, amount, _, event_id = fields
     elif len(fields) % 2:
         return _parse_decoded(stream, delivery.msg_id, _decode_all(fields))
-    else:  # one dict of the raw pairs, built in C; the last pair of a name wins, as in field_map
-        it = iter(fields)
-        get = dict(zip(it, it, strict=False)).get  # even: checked above
-        kind, order_id, amount, event_id = get(_TYPE), get(_ORDER_ID), get(_AMOUNT), get(_EVENT_ID)
+    else:  # where this layout of names keeps the four (learnt once per layout, see _positions)
+        where = _LAYOUTS.get(names := tuple(fields[0::2])) or _positions(names)
+        if where is None:
+            return _parse_decoded(stream, delivery.msg_id, _decode_all(fields))
+        t, o, a, e = where
+        kind, order_id, amount, event_id = fields[t], fields[o], fields[a], fields[e] if e else None
     if kind == _ORDER_PAID and order_id and amount and amount[0] in _ONE_TO_NINE:
-        joined = b"".join(fields)  # every name and value at once: their total length, all ASCII?
+        # Every name and value at once, an ASCII byte between each two: UTF-8 is self-synchronising,
+        # so the whole decodes exactly when each of them does (a sequence cut at the end of one
+        # field, or a continuation byte opening the next, meets the newline and fails).
+        joined = b"\n".join(fields)
         if (len(joined) <= MAX_FIELD_BYTES or max(map(len, fields[1::2])) <= MAX_FIELD_BYTES) and (
-            joined.isascii() or _all_decode(fields)
+            joined.isascii() or _is_utf8(joined)
         ):
             try:
                 oid, value = order_id.decode().strip(), Decimal(amount.decode())
@@ -175,12 +184,24 @@ def parse_order(stream: str, delivery: Delivery) -> OrderEvent:
     return _parse_decoded(stream, delivery.msg_id, _decode_all(fields))
 
 
-def _all_decode(fields: RawFields) -> bool:
-    """Every name and value is UTF-8, each on its own (a join of them could decode where one
-    of them alone does not)."""
+def _positions(names: tuple[bytes, ...]) -> tuple[int, int, int, int] | None:
+    """Where the values of ``type``, ``order_id``, ``amount`` and ``event_id`` sit in a flat
+    reply whose names are ``names`` (the last pair of a name wins; ``event_id`` 0 when it is
+    missing), or None when one of the first three is missing (the slow path's to judge).
+    Remembered for the next message with the same names, up to :data:`MAX_LAYOUTS` layouts."""
+    last = {name: 2 * i + 1 for i, name in enumerate(names)}
+    t, o, a = last.get(_TYPE), last.get(_ORDER_ID), last.get(_AMOUNT)
+    if t is None or o is None or a is None:
+        return None
+    where = (t, o, a, last.get(_EVENT_ID, 0))
+    if len(_LAYOUTS) < MAX_LAYOUTS:
+        _LAYOUTS[names] = where
+    return where
+
+
+def _is_utf8(raw: bytes) -> bool:
     try:
-        for item in fields:
-            item.decode()
+        raw.decode()
     except UnicodeDecodeError:
         return False
     return True
