@@ -27,7 +27,8 @@ def test_tiny_bench_runs_and_reports_sane_numbers(tmp_path: Path, redis_url: str
     data = json.loads(report.read_text())
     rows = {row["name"]: row for row in data["rows"]}
     sections = {row["section"] for row in data["rows"]}
-    expected = {"process", "in process (diagnosis)", "in process CPU (diagnosis)", "concurrency", "produce", "XADD latency", "failover", "cluster shards",
+    expected = {"process", "in process (diagnosis)", "in process CPU (diagnosis)", "concurrency", "produce",
+                "XADD latency", "failover", "cluster shards",
                 "cluster failover"}
     assert expected <= sections
     for row in data["rows"]:

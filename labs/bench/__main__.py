@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--process-events", type=int,
                         help=f"events per run of the process rows (default {runner.FULL.process_events:,})")
     parser.add_argument("--process-reps", type=int,
-                        help=f"interleaved rounds of the process rows (default {runner.FULL.process_reps}; 0 skips them)")
+                        help=f"rounds of the process rows (default {runner.FULL.process_reps}; 0 skips them)")
     parser.add_argument("--no-failover", action="store_true", help="skip the Sentinel failover rounds")
     parser.add_argument("--no-memory", action="store_true", help="skip the 1M-message memory run")
     parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster figures (shards, kill -9)")
