@@ -128,14 +128,14 @@ class Bench:
         task = self.progress.add_task("processes", total=plan.process_reps * sum(map(len, consumers.values())))
         rates: dict[tuple[str, str], list[float]] = {}
         for rep in range(plan.process_reps):
-            for shape, round_consumers in consumers.items():
+            for k, (shape, round_consumers) in enumerate(consumers.items()):
                 stream = self._stream("proc")
-                groups = [f"g{i}-{rep}" for i in range(len(round_consumers))]
+                groups = [f"r{rep}-s{k}-c{i}" for i in range(len(round_consumers))]  # a ledger of each run's own
                 await asyncio.to_thread(process_runs.produce, self.url, stream, plan.process_events, shape, groups)
                 try:
                     for consumer, group in zip(round_consumers, groups, strict=True):
                         rate = await asyncio.to_thread(process_runs.run, consumer, self.url, stream, group,
-                                                       plan.process_events, self.workdir / "proc" / f"{rep}-{group}")
+                                                       plan.process_events, self.workdir / "proc" / group)
                         rates.setdefault((shape, consumer.label), []).append(rate)
                         self._advance(task)
                 finally:
