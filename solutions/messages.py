@@ -6,9 +6,8 @@ with a short reason; the worker sends it to the DLQ at once instead of retrying 
 
 A stream entry's fields are kept as Redis sends them: a flat list ``[name, value, name,
 value ...]`` in the order the producer wrote them (:data:`RawFields`). Turning each entry into
-a dict costs more than everything else the parse does, and a producer writes its fields in
-the same order every time, so the parse recognises that order at a glance (see
-:func:`parse_order`).
+a str dict costs more than everything else the parse does, so the parse picks the fields it
+needs from the raw pairs and decodes only those (see :func:`parse_order`).
 """
 
 from __future__ import annotations
@@ -21,10 +20,12 @@ ORDER_PAID = "order.paid"
 KNOWN_TYPES = (ORDER_PAID,)
 REQUIRED = ("order_id", "amount")
 MAX_FIELD_BYTES = 256
-# The field order the fast path knows: billing-producer's (DESIGN.md), with or without its
-# optional produced_at_ms last. Any other order or set of fields takes the slow path.
+# billing-producer's field order (DESIGN.md): unpacked at once; any other order or set of
+# fields is looked up by name (see parse_order), just as fast.
 PRODUCER_FIELDS = [b"type", b"order_id", b"amount", b"event_id"]
 _TYPE, _ORDER_ID, _AMOUNT, _EVENT_ID = PRODUCER_FIELDS
+MAX_LAYOUTS = 256  # layouts of field names remembered by the fast path (a producer has one or two)
+_LAYOUTS: dict[tuple[bytes, ...], tuple[int, int, int, int]] = {}
 _ONE_TO_NINE = frozenset(b"123456789")  # an amount's first byte, as an int
 _ORDER_PAID = ORDER_PAID.encode()
 _ZERO = Decimal(0)
@@ -131,40 +132,79 @@ def parse_amount(text: str) -> Decimal:
 def parse_order(stream: str, delivery: Delivery) -> OrderEvent:
     """Validate a delivery as an ``order.paid`` event; raise PermanentError with the reason.
 
-    The fast path only ever accepts: fields in the producer's order (:data:`PRODUCER_FIELDS`,
-    unpacked in one step and their names compared), short enough in bytes (so in characters
-    too), that decode, with an order id and an amount that starts with a digit 1-9 and is a
-    decimal (so it is finite and positive), make an event. Anything else takes the slow path,
-    which decodes every field and gives every verdict, so each rejection (and its reason) is
-    decided in one place.
+    The fast path only ever accepts, and it does so for any set of fields in any order: the
+    producer's own layout is unpacked at once; any other layout of names is looked up (a
+    tuple of the names, one dict lookup) in the positions learnt from the first message with
+    those names (:func:`_positions`: the last pair of a name wins, as in :func:`field_map`),
+    so the four values are picked without building a dict per message and the other fields
+    stay unread. It accepts when every value is short enough in bytes (so in characters too), every name and
+    value decodes (one ``isascii``, else one ``decode``, over all of them joined by newlines),
+    the type is ``order.paid``, and there is an order id and an amount that starts with a
+    digit 1-9 and is a decimal (so it is finite and positive). Anything else takes the slow
+    path, which decodes every field and gives every verdict, so each rejection (and its
+    reason) is decided in one place. A field the contract allows (``produced_at_ms``, a
+    producer's ``seq`` or trace id) costs one more name in a tuple, not the slow path.
     """
     fields = delivery.fields
     if fields is None:
         raise PermanentError("unknown shape: the entry has no fields (deleted from the stream)")
-    if len(fields) == 8:
-        type_, kind, o, order_id, a, amount, e, event_id = fields
-        produced_at = b""
-    elif len(fields) == 10 and fields[8] == b"produced_at_ms":
-        type_, kind, o, order_id, a, amount, e, event_id, _, produced_at = fields
-    else:
+    kind: bytes | None
+    order_id: bytes | None
+    amount: bytes | None
+    event_id: bytes | None
+    if len(fields) == 8 and fields[0] == _TYPE and fields[2] == _ORDER_ID and fields[4] == _AMOUNT \
+            and fields[6] == _EVENT_ID:  # the producer's own shape, unpacked in one step
+        _, kind, _, order_id, _, amount, _, event_id = fields
+    elif len(fields) % 2:
         return _parse_decoded(stream, delivery.msg_id, _decode_all(fields))
-    if (  # each name on its own (a tuple of four built to compare costs more), the amount's first byte
-        type_ == _TYPE and kind == _ORDER_PAID and o == _ORDER_ID and a == _AMOUNT and e == _EVENT_ID
-        and amount and amount[0] in _ONE_TO_NINE
-        and len(order_id) + len(amount) + len(event_id) + len(produced_at) <= MAX_FIELD_BYTES
-    ):
-        try:
-            oid, value, eid = order_id.decode().strip(), Decimal(amount.decode()), event_id.decode()
-            if produced_at:
-                produced_at.decode()
-        except (UnicodeDecodeError, InvalidOperation):
-            pass
-        else:
-            if oid:
-                msg_id = delivery.msg_id
-                key = eid or f"{stream}:{msg_id}"  # dedupe_key(stream, msg_id, eid), without the call
-                return OrderEvent(msg_id, oid, value, eid or None, ORDER_PAID, key)
+    else:  # where this layout of names keeps the four (learnt once per layout, see _positions)
+        where = _LAYOUTS.get(names := tuple(fields[0::2])) or _positions(names)
+        if where is None:
+            return _parse_decoded(stream, delivery.msg_id, _decode_all(fields))
+        t, o, a, e = where
+        kind, order_id, amount, event_id = fields[t], fields[o], fields[a], fields[e] if e else None
+    if kind == _ORDER_PAID and order_id and amount and amount[0] in _ONE_TO_NINE:
+        # Every name and value at once, an ASCII byte between each two: UTF-8 is self-synchronising,
+        # so the whole decodes exactly when each of them does (a sequence cut at the end of one
+        # field, or a continuation byte opening the next, meets the newline and fails).
+        joined = b"\n".join(fields)
+        if (len(joined) <= MAX_FIELD_BYTES or max(map(len, fields[1::2])) <= MAX_FIELD_BYTES) and (
+            joined.isascii() or _is_utf8(joined)
+        ):
+            try:
+                oid, value = order_id.decode().strip(), Decimal(amount.decode())
+            except InvalidOperation:
+                pass
+            else:
+                if oid:
+                    msg_id = delivery.msg_id
+                    eid = event_id.decode() if event_id else None
+                    key = eid or f"{stream}:{msg_id}"  # dedupe_key(stream, msg_id, eid), without the call
+                    return OrderEvent(msg_id, oid, value, eid, ORDER_PAID, key)
     return _parse_decoded(stream, delivery.msg_id, _decode_all(fields))
+
+
+def _positions(names: tuple[bytes, ...]) -> tuple[int, int, int, int] | None:
+    """Where the values of ``type``, ``order_id``, ``amount`` and ``event_id`` sit in a flat
+    reply whose names are ``names`` (the last pair of a name wins; ``event_id`` 0 when it is
+    missing), or None when one of the first three is missing (the slow path's to judge).
+    Remembered for the next message with the same names, up to :data:`MAX_LAYOUTS` layouts."""
+    last = {name: 2 * i + 1 for i, name in enumerate(names)}
+    t, o, a = last.get(_TYPE), last.get(_ORDER_ID), last.get(_AMOUNT)
+    if t is None or o is None or a is None:
+        return None
+    where = (t, o, a, last.get(_EVENT_ID, 0))
+    if len(_LAYOUTS) < MAX_LAYOUTS:
+        _LAYOUTS[names] = where
+    return where
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _parse_decoded(stream: str, msg_id: str, fields: dict[str, str]) -> OrderEvent:

@@ -27,7 +27,8 @@ def test_tiny_bench_runs_and_reports_sane_numbers(tmp_path: Path, redis_url: str
     data = json.loads(report.read_text())
     rows = {row["name"]: row for row in data["rows"]}
     sections = {row["section"] for row in data["rows"]}
-    expected = {"consume", "consume CPU", "concurrency", "produce", "XADD latency", "failover", "cluster shards",
+    expected = {"process", "in process (diagnosis)", "in process CPU (diagnosis)", "concurrency", "produce",
+                "XADD latency", "failover", "cluster shards",
                 "cluster failover"}
     assert expected <= sections
     for row in data["rows"]:
@@ -49,7 +50,8 @@ def test_tiny_bench_runs_and_reports_sane_numbers(tmp_path: Path, redis_url: str
         assert isinstance(row["met"], bool) and row["target"] == f"≥ {targets[dedupe]}× ceiling"
         cpu = rows[f"{name}, CPU per message"]  # the same runs in CPU microseconds per message
         assert cpu["unit"] == "µs" and len(cpu["ratios"]) == len(row["ratios"]) and cpu["met"] is None
-        assert f"{name}: " in result.stdout  # the verdict line under the table
+        assert f"diagnosis: {name}: " in result.stdout  # the verdict line under the table
+    _check_process_rows(data["rows"], result.stdout)
     assert data["meta"]["placement"]["ping_rtt_us"] > 0
     shards = [row for row in data["rows"] if row["section"] == "cluster shards"]
     assert [row["name"].split(",")[1].strip() for row in shards] == ["1 shard(s)", "2 shard(s)"] * 2
@@ -57,3 +59,23 @@ def test_tiny_bench_runs_and_reports_sane_numbers(tmp_path: Path, redis_url: str
     kill = rows["worker: kill -9 of a shard's master → first charge on that shard"]
     writer = rows["raw redis-py RedisCluster writer → first XADD to that slot"]
     assert kill["values"][0] > 0.5 and writer["values"][0] > 0.5  # both waited for the promotion
+
+
+def _check_process_rows(rows: list[dict[str, object]], stdout: str) -> None:
+    """The user's figure: per shape the raw process, then billing-worker processes paired with it,
+    with targets on the throughput flags and the course defaults' price on the producer's shape."""
+    from labs.bench.runner import TINY
+
+    process = {str(row["name"]): row for row in rows if row["section"] == "process"}
+    raw = "raw redis.asyncio process, COUNT 100, one XACK per batch"
+    for shape in TINY.process_shapes:
+        assert f"{raw} · {shape}" in process
+        for dedupe, target in (("none", 0.9), ("sqlite", 0.7)):
+            row = process[f"billing-worker process, --dedupe {dedupe}, --count 100 --parallelism 100, "
+                          f"--handler-delay-ms 0 · {shape}"]
+            assert row["target"] == f"≥ {target}× raw" and isinstance(row["met"], bool)
+            assert row["ratio_q1"] <= row["ratio"] <= row["ratio_q3"]  # type: ignore[operator]
+            assert f"{row['name']}: " in stdout
+    defaults = [name for name in process if "defaults (--count 16 --parallelism 8)" in name]
+    assert len(defaults) == 2 and all(name.endswith("· four fields") for name in defaults)
+    assert stdout.count("price of the defaults: ") == 2 and "add --count 100 --parallelism 100" in stdout

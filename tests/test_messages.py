@@ -9,6 +9,10 @@ import pytest
 
 from solutions.messages import Delivery, OrderEvent, PermanentError, dedupe_key, flat_fields, parse_order
 
+PRODUCER = {b"type": b"order.paid", b"order_id": b"o-1", b"amount": b"9.99", b"event_id": b"e-1"}
+FIVE_MORE = {b"seq": b"17", b"trace_id": b"4bf92f3577b34da6a3ce929d0e0e4736", b"source": b"web",
+             b"currency": b"EUR", b"produced_at_ms": b"1700000000000"}
+
 
 def delivery(fields: dict[bytes, bytes] | None, msg_id: str = "1700000000000-0") -> Delivery:
     return Delivery(msg_id, None if fields is None else flat_fields(fields))
@@ -96,22 +100,71 @@ def test_any_field_can_reject_an_otherwise_valid_event(extra: dict[bytes, bytes]
         {b"type": b"order.paid", b"order_id": b"", b"amount": b"1", b"event_id": b"e-1"},
         {b"type": b"order.paid", b"order_id": b"\xe9", b"amount": b"1", b"event_id": b"e-1"},
         {b"type": b"order.pai", b"order_id": b"o-1", b"amount": b"1", b"event_id": b"e-1"},
+        # the bench's shapes (labs/bench/shapes.py): extra fields, another order, non-ASCII
+        {**PRODUCER, b"seq": b"17"},
+        {**PRODUCER, **FIVE_MORE},
+        dict(reversed(PRODUCER.items())),
+        {b"amount": b"9.99", b"event_id": b"e-1", b"type": b"order.paid", b"order_id": b"o-1", b"seq": b"1"},
+        {**PRODUCER, b"order_id": "заказ-17".encode()},
+        {**PRODUCER, b"order_id": "é".encode() * 128},  # 256 bytes: the limit, in one field
+        {**PRODUCER, b"order_id": "é".encode() * 129},  # 258 bytes, 129 characters: accepted too
+        {**PRODUCER, **FIVE_MORE, b"trace": b"t" * 200},  # longer than 256 in all, each field short
+        {**PRODUCER, b"note": b"x" * 257},
+        {**PRODUCER, b"note": "é".encode() * 200},  # 400 bytes, 200 characters
+        {**PRODUCER, b"note": b"\xff"},
+        {**PRODUCER, b"\xfe": b"x"},
+        {**PRODUCER, b"type": b"order.refunded", b"seq": b"1"},
+        {**PRODUCER, b"amount": b"0.5", b"seq": b"1"},
+        {**PRODUCER, b"amount": b"1 2", b"seq": b"1"},
+        {**PRODUCER, b"order_id": b" ", b"seq": b"1"},
+        {b"order_id": b"o-1", b"amount": b"1", b"event_id": b"e-1", b"seq": b"1"},  # no type: order.paid
+        {b"seq": b"1", b"trace": b"x"},
     ],
 )
 def test_the_fast_path_agrees_with_the_slow_path(fields: dict[bytes, bytes]) -> None:
-    """parse_order's shortcut for the common shape only accepts; whatever it decides, the slow
-    path (every field decoded) decides the same, event or reason."""
+    """parse_order's shortcut only accepts; whatever it decides, the slow path (every field
+    decoded) decides the same, event or reason."""
+    assert _fast(flat_fields(fields)) == _slow(flat_fields(fields))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [*flat_fields(PRODUCER), b"amount", b"2.50"],  # a name twice: the last pair wins
+        [*flat_fields(PRODUCER), b"order_id", b""],
+        [b"order_id", b"o-1", b"amount", b"1", b"note", b"\xc3", b"\xa9", b"x"],  # é split over two fields
+        [*flat_fields(PRODUCER), b"dangling"],  # an odd number of items: the last name has no value
+        [b"order_id", b"\xc3", b"\xa9mount", b"1"],
+    ],
+)
+def test_the_fast_path_agrees_with_the_slow_path_on_raw_replies(fields: list[bytes]) -> None:
+    assert _fast(fields) == _slow(fields)
+
+
+def _outcome(parse: Callable[[], OrderEvent]) -> OrderEvent | str:
+    try:
+        return parse()
+    except PermanentError as exc:
+        return f"PermanentError: {exc}"
+
+
+def _fast(fields: list[bytes]) -> OrderEvent | str:
+    return _outcome(lambda: parse_order("orders", Delivery("9-9", fields)))
+
+
+def _slow(fields: list[bytes]) -> OrderEvent | str:
     from solutions.messages import _decode_all, _parse_decoded
 
-    def outcome(parse: Callable[[], OrderEvent]) -> OrderEvent | str:
-        try:
-            return parse()
-        except PermanentError as exc:
-            return f"PermanentError: {exc}"
+    return _outcome(lambda: _parse_decoded("orders", "9-9", _decode_all(fields)))
 
-    fast = outcome(lambda: parse_order("orders", delivery(fields, "9-9")))
-    slow = outcome(lambda: _parse_decoded("orders", "9-9", _decode_all(flat_fields(fields))))
-    assert fast == slow
+
+def test_extra_fields_and_another_order_make_the_same_event() -> None:
+    """A field the contract allows never changes the event (nor sends it down another verdict)."""
+    expected = parse_order("orders", delivery(PRODUCER))
+    shapes = [{**PRODUCER, b"seq": b"1"}, {**PRODUCER, **FIVE_MORE}, dict(reversed(PRODUCER.items())),
+              {**PRODUCER, b"produced_at_ms": b"1700000000000"}]
+    assert all(parse_order("orders", delivery(shape)) == expected for shape in shapes)
+    assert (expected.order_id, expected.amount, expected.dedupe_key) == ("o-1", Decimal("9.99"), "e-1")
 
 
 def test_fields_stay_as_redis_sent_them() -> None:

@@ -27,13 +27,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m labs.bench",
         description=(
-            "Measure the reference worker against a hand-written redis.asyncio consumer (the ceiling) in one "
-            "run, on a redis-server of its own, and print figures, ratios and whether each target is met."
+            "Measure the billing-worker process against a raw redis.asyncio consumer process on the event "
+            "shapes producers send (and, as diagnosis, the worker in this process against the same loop), on a "
+            "redis-server of its own, and print figures, ratios and whether each target is met."
         ),
     )
     parser.add_argument("--tiny", action="store_true", help="a few seconds of everything (used by make test)")
     parser.add_argument("--events", type=int, help=f"pre-produced events per run (default {runner.FULL.events:,})")
     parser.add_argument("--reps", type=int, help=f"runs per figure, the median is shown (default {runner.FULL.reps})")
+    parser.add_argument("--process-events", type=int,
+                        help=f"events per run of the process rows (default {runner.FULL.process_events:,})")
+    parser.add_argument("--process-reps", type=int,
+                        help=f"rounds of the process rows (default {runner.FULL.process_reps}; 0 skips them)")
     parser.add_argument("--no-failover", action="store_true", help="skip the Sentinel failover rounds")
     parser.add_argument("--no-memory", action="store_true", help="skip the 1M-message memory run")
     parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster figures (shards, kill -9)")
@@ -47,6 +52,10 @@ def plan_from(args: argparse.Namespace) -> runner.Plan:
         plan = replace(plan, events=args.events)
     if args.reps:
         plan = replace(plan, reps=args.reps)
+    if args.process_events:
+        plan = replace(plan, process_events=args.process_events)
+    if args.process_reps is not None:
+        plan = replace(plan, process_reps=args.process_reps)
     if args.no_failover:
         plan = replace(plan, failover_rounds=0)
     if args.no_memory:

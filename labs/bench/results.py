@@ -74,17 +74,50 @@ def table(rows: list[Row], title: str) -> Table:
     return out
 
 
+PROCESS = "process"
+DIAGNOSIS = "in process (diagnosis)"
+DIAGNOSIS_CPU = "in process CPU (diagnosis)"
+
+
 def verdicts(rows: list[Row]) -> list[str]:
-    """One line per throughput target: the paired ratio, its quartiles, the target, met or not."""
+    """One line per throughput target: the paired ratio, its quartiles, the target, met or not
+    (the process rows, the user's figure, first; then the in-process diagnosis); then what the
+    course defaults cost beside the throughput flags."""
+    lines = []
+    for section in (PROCESS, DIAGNOSIS):
+        for row in rows:
+            quartiles = row.ratio_quartiles
+            if row.section != section or row.met is None or row.ratio is None or quartiles is None:
+                continue
+            verdict = "[green]met[/]" if row.met else "[red]NOT met[/]"
+            prefix = "diagnosis: " if section == DIAGNOSIS else ""
+            lines.append(f"{prefix}{row.name}: {row.ratio:.2f}× (q1 … q3 {quartiles[0]:.2f} … {quartiles[1]:.2f}, "
+                         f"{len(row.ratios)} pairs), target {row.target}: {verdict}")
+    return lines + price_lines(rows)
+
+
+def price_lines(rows: list[Row]) -> list[str]:
+    """Per process row with the course defaults: its figure beside the tuned row of the same
+    dedupe and shape, and the flags that make the difference (the row's note)."""
     lines = []
     for row in rows:
-        quartiles = row.ratio_quartiles
-        if row.section != "consume" or row.met is None or row.ratio is None or quartiles is None:
+        if row.section != PROCESS or not row.note or row.ratio is None:
             continue
-        verdict = "[green]met[/]" if row.met else "[red]NOT met[/]"
-        lines.append(f"{row.name}: {row.ratio:.2f}× (q1 … q3 {quartiles[0]:.2f} … {quartiles[1]:.2f}, "
-                     f"{len(row.ratios)} pairs), target {row.target}: {verdict}")
+        tuned = next((other for other in rows if other.section == PROCESS and other.target
+                      and _same_run(other.name, row.name)), None)
+        if tuned is None or tuned.ratio is None:
+            continue
+        lines.append(f"price of the defaults: {row.name}: {row.median:,.0f} msgs/s ({row.ratio:.2f}× raw) against "
+                     f"{tuned.median:,.0f} msgs/s ({tuned.ratio:.2f}×) with the throughput flags: {row.note}")
     return lines
+
+
+def _same_run(tuned: str, defaults: str) -> bool:
+    """The same dedupe and shape (a row name is ``<consumer>, --dedupe D, <flags> · <shape>``)."""
+    def key(name: str) -> tuple[str, str]:
+        head, _, shape = name.partition(" · ")
+        return head.split(",")[1].strip(), shape
+    return key(tuned) == key(defaults)
 
 
 def write_json(rows: list[Row], meta: dict[str, Any], out_dir: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import statistics
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -12,8 +13,9 @@ from pathlib import Path
 import redis
 from rich.progress import Progress, TaskID
 
-from labs.bench import ceiling, cluster, memory, producer, recovery, throughput, worker_runs
+from labs.bench import ceiling, cluster, memory, process_runs, producer, recovery, throughput, worker_runs
 from labs.bench.results import Row
+from labs.bench.shapes import SHAPES
 from labs.bench.throughput import ROUND, Pairs, Run, gc_mode, timed
 from labs.launcher import topologies
 from labs.launcher.cluster import ClusterTopology
@@ -39,10 +41,17 @@ class Plan:
     cluster_shards: tuple[int, ...] = (1, 2, 3, 6)
     cluster_per_shard: int = 2_000  # events per shard in each throughput run
     cluster_kills: int = 3
+    process_events: int = 100_000  # per run of the process rows (issue 32: 100k)
+    process_reps: int = 3  # interleaved rounds of the process rows
+    process_shapes: tuple[str, ...] = tuple(SHAPES)
 
 
 FULL = Plan(25_000, 15, (8, 64, 256), 3.0, 20_000, 20_000, 3, 1_000_000)
-TINY = Plan(2_000, 1, (8,), 0.5, 500, 300, 1, 0, cluster_shards=(1, 2), cluster_per_shard=200, cluster_kills=1)
+TINY = Plan(2_000, 1, (8,), 0.5, 500, 300, 1, 0, cluster_shards=(1, 2), cluster_per_shard=200, cluster_kills=1,
+            process_events=3_000, process_reps=1, process_shapes=("four fields", "+5 fields"))
+# The process rows' consumers, in the order of a round: the raw loop first, each worker right after it.
+PROCESS_TARGETS = {"none": 0.9, "sqlite": 0.7}
+DEFAULTS_SHAPE = "four fields"  # the course defaults' price is shown on the producer's own shape
 
 
 class Bench:
@@ -103,6 +112,35 @@ class Bench:
         for rep in range(self.plan.reps):
             await self._round(n, str(rep), task, pairs)
         self.rows += throughput.rows_of(pairs)
+
+    async def processes(self) -> None:
+        """The process rows: per shape, the raw consumer process and right after it the
+        ``billing-worker`` process with the throughput flags (``none``, ``sqlite``), and on the
+        producer's shape with the course defaults too; ``process_reps`` interleaved rounds, each
+        worker's ratio over the raw run of its own round and shape (see :mod:`labs.bench.process_runs`)."""
+        plan = self.plan
+        if not plan.process_reps or not plan.process_shapes:
+            return
+        tuned = [process_runs.worker(d) for d in PROCESS_TARGETS]
+        defaults = [process_runs.worker(d, ()) for d in PROCESS_TARGETS]
+        consumers = {shape: [process_runs.RAW, *tuned, *(defaults if shape == DEFAULTS_SHAPE else [])]
+                     for shape in plan.process_shapes}
+        task = self.progress.add_task("processes", total=plan.process_reps * sum(map(len, consumers.values())))
+        rates: dict[tuple[str, str], list[float]] = {}
+        for rep in range(plan.process_reps):
+            for k, (shape, round_consumers) in enumerate(consumers.items()):
+                stream = self._stream("proc")
+                groups = [f"r{rep}-s{k}-c{i}" for i in range(len(round_consumers))]  # a ledger of each run's own
+                await asyncio.to_thread(process_runs.produce, self.url, stream, plan.process_events, shape, groups)
+                try:
+                    for consumer, group in zip(round_consumers, groups, strict=True):
+                        rate = await asyncio.to_thread(process_runs.run, consumer, self.url, stream, group,
+                                                       plan.process_events, self.workdir / "proc" / group)
+                        rates.setdefault((shape, consumer.label), []).append(rate)
+                        self._advance(task)
+                finally:
+                    await asyncio.to_thread(self._drop, stream)
+        self.rows += _process_rows(consumers, rates)
 
     async def concurrency(self) -> None:
         """A 50 ms handler at each parallelism, against the ideal parallelism / 0.05 s."""
@@ -232,6 +270,27 @@ class Bench:
         self.rows += [worker_row, writer_row, promoted_row, others_row]
 
 
+def _process_rows(consumers: dict[str, list[process_runs.Consumer]],
+                  rates: dict[tuple[str, str], list[float]]) -> list[Row]:
+    """Per shape: the raw row, then each worker with its paired ratios (same round, same shape)."""
+    rows = []
+    for shape, round_consumers in consumers.items():
+        raw = rates[(shape, process_runs.RAW.label)]
+        rows.append(Row("process", f"{process_runs.RAW.label} · {shape}", "msgs/s", raw))
+        for consumer in round_consumers[1:]:
+            values = rates[(shape, consumer.label)]
+            row = Row("process", f"{consumer.label} · {shape}", "msgs/s", values)
+            row.ratios = [w / r for w, r in zip(values, raw, strict=True)]
+            row.ratio, row.ratio_of = statistics.median(row.ratios), "raw process (paired)"
+            if consumer.flags and consumer.dedupe in PROCESS_TARGETS:
+                row.target = f"≥ {PROCESS_TARGETS[consumer.dedupe]}× raw"
+                row.met = row.ratio >= PROCESS_TARGETS[consumer.dedupe]
+            else:
+                row.note = f"the course defaults; for throughput add {' '.join(process_runs.TUNED_FLAGS)}"
+            rows.append(row)
+    return rows
+
+
 def _shard_rows(points: list[cluster.ThroughputPoint], delay_ms: int) -> list[Row]:
     """One row per number of shards; with a handler, each against ideal linear scaling."""
     rows = []
@@ -247,6 +306,7 @@ def _shard_rows(points: list[cluster.ThroughputPoint], delay_ms: int) -> list[Ro
 async def run_all(url: str, plan: Plan, progress: Progress) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         bench = Bench(url, plan, Path(tmp), progress)
+        await bench.processes()
         await bench.throughput()
         await bench.concurrency()
         await asyncio.to_thread(bench.producer_figures)

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from labs.bench.results import Row
+from labs.bench.results import DIAGNOSIS, DIAGNOSIS_CPU, Row
 from solutions.gc_tuning import tune_for_throughput
 
 DEDUPES = ("none", "redis", "sqlite")
@@ -86,7 +86,7 @@ def rows_of(pairs: dict[tuple[str, str], Pairs]) -> list[Row]:
     """The table's consume rows: per GC mode the ceiling, then each worker, in msgs/s; then the
     same in CPU per message, where the ratio is the ceiling's CPU per message over the worker's."""
     out: list[Row] = []
-    for unit, section, suffix in (("msgs/s", "consume", ""), ("µs", "consume CPU", ", CPU per message")):
+    for unit, section, suffix in (("msgs/s", DIAGNOSIS, ""), ("µs", DIAGNOSIS_CPU, ", CPU per message")):
         for mode in GC_MODES:
             keyed = {dedupe: p for (dedupe, m), p in pairs.items() if m == mode}
             if keyed:

@@ -1,0 +1,144 @@
+"""The rows a user's figure comes from: consumers as processes of their own, counted by the server.
+
+Each run pre-produces ``n`` events of one shape (:mod:`labs.bench.shapes`) into a stream, with
+a consumer group at ``0`` for every consumer of the round, and then starts one consumer
+process: the ``billing-worker`` CLI (``python -m solutions.billing``, as a user starts it) or
+the raw ``redis.asyncio`` loop (:mod:`labs.bench.raw_consumer`). Neither reports its own
+speed: the bench polls ``XINFO GROUPS`` and counts what Redis saw acknowledged
+(``entries-read`` minus ``pending``), and the rate is taken over the middle 80 % of the
+drain (from 10 % to 90 % acked), so start-up (imports, connecting, creating the ledger) and the
+last stragglers are outside it. Processes inherit the bench's CPU pinning (the client CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from labs.bench.shapes import SHAPES
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCE_BATCH = 1000
+POLL_S = 0.005
+WINDOW = (0.1, 0.9)  # the middle 80 % of the drain
+STOP_TIMEOUT_S = 30.0
+TUNED_FLAGS = ("--count", "100", "--parallelism", "100")  # the throughput flags (with --handler-delay-ms 0)
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """One kind of consumer process: ``dedupe`` None is the raw loop."""
+
+    label: str
+    dedupe: str | None = None
+    flags: tuple[str, ...] = ()
+
+    def argv(self, url: str, stream: str, group: str, ledger: Path, n: int) -> list[str]:
+        if self.dedupe is None:
+            return [sys.executable, "-m", "labs.bench.raw_consumer", url, stream, group, str(n), *self.flags]
+        return [
+            sys.executable, "-m", "solutions.billing", "--redis-url", url, "--stream", stream, "--group", group,
+            "--consumer", f"bench-{group}", "--dedupe", self.dedupe, "--ledger", str(ledger),
+            "--handler-delay-ms", "0", "--metrics-interval-s", "3600", "--block-ms", "500", *self.flags,
+        ]
+
+
+RAW = Consumer("raw redis.asyncio process, COUNT 100, one XACK per batch")
+
+
+def worker(dedupe: str, flags: Sequence[str] = TUNED_FLAGS) -> Consumer:
+    words = " ".join(flags) if flags else "defaults (--count 16 --parallelism 8)"
+    return Consumer(f"billing-worker process, --dedupe {dedupe}, {words}, --handler-delay-ms 0", dedupe, tuple(flags))
+
+
+def produce(url: str, stream: str, n: int, shape: str, groups: Sequence[str]) -> None:
+    """``n`` events of ``shape`` into a fresh ``stream`` (pipelined), and each group at ``0``."""
+    make = SHAPES[shape]
+    with redis.Redis.from_url(url) as client:
+        client.delete(stream)
+        for start in range(0, n, PRODUCE_BATCH):
+            pipe = client.pipeline(transaction=False)
+            for i in range(start, min(n, start + PRODUCE_BATCH)):
+                pipe.xadd(stream, make(i))
+            pipe.execute()
+        for group in groups:
+            client.xgroup_create(stream, group, id="0")
+
+
+def acked(client: redis.Redis, stream: str, group: str) -> int:
+    """What Redis saw acknowledged in ``group``: entries read minus entries still pending."""
+    for info in client.xinfo_groups(stream):
+        if info["name"] in (group, group.encode()):
+            return int(info["entries-read"] or 0) - int(info["pending"])
+    raise RuntimeError(f"no group {group!r} on {stream!r}")
+
+
+def drain_rate(samples: Sequence[tuple[float, int]], n: int) -> float:
+    """Messages per second between the moments :data:`WINDOW`'s fractions of ``n`` were acked
+    (each moment interpolated between the two polls around it)."""
+    lo, hi = (_crossing(samples, fraction * n) for fraction in WINDOW)
+    if hi <= lo:
+        raise RuntimeError(f"no time between {WINDOW[0]:.0%} and {WINDOW[1]:.0%} acked: poll faster")
+    return (WINDOW[1] - WINDOW[0]) * n / (hi - lo)
+
+
+def _crossing(samples: Sequence[tuple[float, int]], level: float) -> float:
+    for (t0, a0), (t1, a1) in itertools.pairwise(samples):
+        if a0 < level <= a1:
+            return t0 + (t1 - t0) * (level - a0) / (a1 - a0)
+    raise RuntimeError(f"the acks never crossed {level:.0f}")
+
+
+def run(consumer: Consumer, url: str, stream: str, group: str, n: int, workdir: Path,
+        timeout_s: float = 600.0) -> float:
+    """Start ``consumer`` on ``group`` (pre-produced), poll its acks until all ``n``, stop it;
+    returns its rate over the middle of the drain (msgs/s)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"{group}.log"
+    argv = consumer.argv(url, stream, group, workdir / f"{group}.sqlite3", n)
+    with redis.Redis.from_url(url) as client, log_path.open("wb") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out)
+        try:
+            samples = _poll(client, proc, consumer.label, stream, group, n, timeout_s, log_path)
+        finally:
+            _stop(proc)
+    return drain_rate(samples, n)
+
+
+def _poll(client: redis.Redis, proc: subprocess.Popen[bytes], label: str, stream: str, group: str, n: int,
+          timeout_s: float, log_path: Path) -> list[tuple[float, int]]:
+    samples = [(time.perf_counter(), acked(client, stream, group))]
+    deadline = samples[0][0] + timeout_s
+    while samples[-1][1] < n:
+        if proc.poll() is not None and acked(client, stream, group) < n:
+            tail = log_path.read_text(errors="replace")[-1500:]
+            raise RuntimeError(f"{label} exited ({proc.returncode}) after {samples[-1][1]} of {n}:\n{tail}")
+        if samples[-1][0] > deadline:
+            raise RuntimeError(f"{label}: {samples[-1][1]} of {n} acked in {timeout_s:.0f} s")
+        time.sleep(POLL_S)
+        samples.append((time.perf_counter(), acked(client, stream, group)))
+    return samples
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        log.warning("%s did not stop within %.0f s of SIGTERM: killed", proc.args, STOP_TIMEOUT_S)
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)

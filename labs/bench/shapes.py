@@ -1,0 +1,62 @@
+"""The event shapes the process rows are measured on: what producers really send on ``orders``.
+
+The contract (DESIGN.md) names four fields and allows more; real producers add them (a
+sequence number, a trace id, ``produced_at_ms``), write them in their own order, and send
+order ids that are not ASCII. The worker's parse must cost the same on each (issue 32), so
+the bench measures each.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from redis.typing import EncodableT, FieldT
+
+Fields = dict[FieldT, EncodableT]
+
+
+def four(i: int) -> Fields:
+    """billing-producer's fields, in its order."""
+    return {
+        "type": "order.paid",
+        "order_id": f"o-{i % 1000}",
+        "amount": f"{(i % 500) + 1}.50",
+        "event_id": f"evt-{i}-{uuid.uuid4().hex[:8]}",
+    }
+
+
+def plus_one(i: int) -> Fields:
+    """The same plus the course lab producer's ``seq`` counter."""
+    return {**four(i), "seq": str(i)}
+
+
+def plus_five(i: int) -> Fields:
+    """The same plus five fields a real producer adds (sequence, trace, source, currency, time)."""
+    return {**four(i), "seq": str(i), "trace_id": uuid.uuid4().hex, "source": "web", "currency": "EUR",
+            "produced_at_ms": str(1_700_000_000_000 + i)}
+
+
+def reordered(i: int) -> Fields:
+    """The four fields, in another producer's order."""
+    return dict(reversed(list(four(i).items())))
+
+
+def produced_at(i: int) -> Fields:
+    """The four fields and the contract's optional ``produced_at_ms``."""
+    return {**four(i), "produced_at_ms": str(1_700_000_000_000 + i)}
+
+
+def non_ascii(i: int) -> Fields:
+    """An order id in Cyrillic (UTF-8, two bytes a letter)."""
+    return {**four(i), "order_id": f"заказ-{i % 1000}"}
+
+
+SHAPES: dict[str, Callable[[int], Fields]] = {
+    "four fields": four,
+    "+1 field (seq)": plus_one,
+    "+5 fields": plus_five,
+    "reordered": reordered,
+    "produced_at_ms": produced_at,
+    "non-ASCII order_id": non_ascii,
+}
