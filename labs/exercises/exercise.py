@@ -46,12 +46,15 @@ class Exercise:
 
     ``needs``: names the student's solution cell defines (their absence means the cell is still
     blank or was not run). ``setup``: names the notebook's first code cell defines (``r``, ``P``).
+    The hint comes in two steps: ``nudge`` (where to look) first, then ``hint`` (the command or
+    the idea), never the finished code (``tests/test_hints.py`` holds every hint to that).
     """
 
     id: str
     title: str
     verify: Verify
     hint: str
+    nudge: str = ""
     needs: tuple[str, ...] = ()
     setup: tuple[str, ...] = ("r", "P")
 
@@ -96,8 +99,9 @@ class Verdict:
         hint = (
             ""
             if self.passed
-            else "<details style='margin-top:4px'><summary style='cursor:pointer'>Подсказка</summary>"
-            f"<div style='margin-top:4px'>{_code_spans(self.exercise.hint)}</div></details>"
+            else "<details class='exercise-hint' style='margin-top:4px'>"
+            "<summary style='cursor:pointer'>Подсказка</summary>"
+            f"<div style='margin-top:4px'>{_hint_steps(self.exercise)}</div></details>"
         )
         return (
             f"<div class='exercise-check' data-exercise='{html.escape(self.exercise.id)}' "
@@ -158,6 +162,17 @@ def _server_down(client: Any) -> str | None:
     except redis.RedisError:  # it answered, if with an error (a cluster mid-failover): not "down"
         return None
     return None
+
+
+def _hint_steps(exercise: Exercise) -> str:
+    """The nudge, and the second step one more click away (or the hint alone, when there is no nudge)."""
+    if not exercise.nudge:
+        return _code_spans(exercise.hint)
+    return (
+        f"{_code_spans(exercise.nudge)}<details class='exercise-hint-more' style='margin-top:4px'>"
+        f"<summary style='cursor:pointer'>Ещё подсказка</summary><div style='margin-top:4px'>"
+        f"{_code_spans(exercise.hint)}</div></details>"
+    )
 
 
 def _code_spans(text: str) -> str:

@@ -81,10 +81,13 @@ def with_retry(verdict: Verdict, names: Mapping[str, Any]) -> Verdict:
 def hint(exercise_id: str) -> None:
     """Show the hint of ``exercise_id`` before trying (the same text a failed check shows)."""
     exercise = find(exercise_id)
+    steps = " ".join(step for step in (exercise.nudge, exercise.hint) if step)
     _display_html(
         f"<details open><summary>Подсказка к {exercise.id} «{html.escape(exercise.title)}»</summary>"
-        f"{html.escape(exercise.hint)}</details>",
-        f"Подсказка к {exercise.id}: {exercise.hint}",
+        f"{html.escape(exercise.nudge or exercise.hint)}"
+        + (f"<details><summary>Ещё подсказка</summary>{html.escape(exercise.hint)}</details>" if exercise.nudge else "")
+        + "</details>",
+        f"Подсказка к {exercise.id}: {steps}",
     )
 
 
