@@ -84,7 +84,8 @@ def test_every_notebook_gets_a_student_copy_with_every_region_blanked(student_di
             else:
                 assert stu.source == student_twin(ref, code), ref.id  # the reference, bar the edition's own changes
             tags = stu.metadata.get("tags", [])
-            exercise_cell = bool(ref.cell_type == "code" and (edition.check_ids(ref.source) or ref.metadata.get("exercise")))
+            in_exercise = bool(edition.check_ids(ref.source) or ref.metadata.get("exercise"))
+            exercise_cell = ref.cell_type == "code" and in_exercise
             assert (edition.RAISES in tags) == exercise_cell, ref.id
             assert "test_exercises_nb" not in stu.source, f"{ref.id}: the student edition points at the answers"
             assert not re.search(r"уже\s+стоит\s+эталон", stu.source), f"{ref.id}: no reference in a student's cell"
@@ -225,6 +226,11 @@ def _defined(source: str) -> set[str]:
     return names
 
 
+def _builds_state(source: str) -> bool:
+    """A preparing cell that does more than import (writes to Redis, removes files)."""
+    return any(not isinstance(node, (ast.Import, ast.ImportFrom)) for node in ast.parse(source).body)
+
+
 def _attempts(exercise_id: str, ref: list[Any], stu: list[Any]) -> list[tuple[str, str, str]]:
     """A student's path through one exercise, as (step, exercise, source) cells, all in one kernel.
 
@@ -232,7 +238,7 @@ def _attempts(exercise_id: str, ref: list[Any], stu: list[Any]) -> list[tuple[st
     each name the check reads set to ``None`` (fails, and says how to start again); ``right``: the
     reference solution (passes); ``again``: the same solution a second time, on the state the first
     one used up (passes, or the check names the way back); ``reset``: ``reset("NN.K")``, then the
-    solution (passes).
+    solution (passes), wherever the preparing cell builds state (an import-only one has nothing to redo).
     """
     kinds = {_kind(cell): cell.source for cell in stu}
     solution = next(c.source for c in ref if edition.is_solution(c))
@@ -243,7 +249,8 @@ def _attempts(exercise_id: str, ref: list[Any], stu: list[Any]) -> list[tuple[st
     if wrong:
         steps += [("wrong", "\n".join(f"{name} = None" for name in wrong)), ("wrong", check)]
     steps += [("right", solution), ("right", check), ("again", solution), ("again", check)]
-    steps += [("reset", f'reset("{exercise_id}")'), ("reset", solution), ("reset", check)]
+    if _builds_state(kinds.get("prepare", "")):  # otherwise reset() changes nothing: "again" was that path
+        steps += [("reset", f'reset("{exercise_id}")'), ("reset", solution), ("reset", check)]
     return [(step, exercise_id, source) for step, source in steps]
 
 

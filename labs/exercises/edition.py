@@ -76,6 +76,11 @@ STUDENT_PROSE = (
     (re.compile(r"\s*\(в\s+этой\s+тетрадке\s+там\s+уже\s+стоит\s+эталон\)"), ""),
     (re.compile(r",\s+тест\s+—\s+`tests/test_exercises_nb\d\d\.py`"), ""),
     (re.compile(r"\s*\(`tests/test_exercises_nb\d\d\.py`\)"), ""),
+    (re.compile(r"^Последняя ячейка", re.MULTILINE), "Последняя ячейка (когда вы поставите в ней `FINISHED = True`)"),
+    (
+        re.compile(r"^## Уборка\n\n", re.MULTILINE),
+        "## Уборка\n\nКогда закончите, `FINISHED = True` в последней ячейке. ",
+    ),
 )
 
 
