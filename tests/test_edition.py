@@ -236,9 +236,10 @@ def _attempts(exercise_id: str, ref: list[Any], stu: list[Any]) -> list[tuple[st
 
     ``blank``: the preparing cell, the blank, the check (fails: the names are missing); ``wrong``:
     each name the check reads set to ``None`` (fails, and says how to start again); ``right``: the
-    reference solution (passes); ``again``: the same solution a second time, on the state the first
-    one used up (passes, or the check names the way back); ``reset``: ``reset("NN.K")``, then the
-    solution (passes), wherever the preparing cell builds state (an import-only one has nothing to redo).
+    reference solution (passes). Where the preparing cell builds state (an import-only one leaves
+    that to the solution, which starts from scratch itself): ``again``, the same solution a second
+    time, on the state the first one used up (passes, or the check names the way back), and
+    ``reset``: ``reset("NN.K")``, then the solution (passes).
     """
     kinds = {_kind(cell): cell.source for cell in stu}
     solution = next(c.source for c in ref if edition.is_solution(c))
@@ -248,8 +249,9 @@ def _attempts(exercise_id: str, ref: list[Any], stu: list[Any]) -> list[tuple[st
     steps = [("blank", kinds[k]) for k in ("prepare", "blank", "check") if k in kinds]
     if wrong:
         steps += [("wrong", "\n".join(f"{name} = None" for name in wrong)), ("wrong", check)]
-    steps += [("right", solution), ("right", check), ("again", solution), ("again", check)]
-    if _builds_state(kinds.get("prepare", "")):  # otherwise reset() changes nothing: "again" was that path
+    steps += [("right", solution), ("right", check)]
+    if _builds_state(kinds.get("prepare", "")):  # an import-only preparing cell: the solution builds its own state
+        steps += [("again", solution), ("again", check)]
         steps += [("reset", f'reset("{exercise_id}")'), ("reset", solution), ("reset", check)]
     return [(step, exercise_id, source) for step, source in steps]
 
