@@ -90,8 +90,8 @@ jupyter: setup $(if $(STUDENT),student) ## JupyterLab on notebooks/ (STUDENT=1: 
 	@$(VENV)/bin/jupyter lab --config=$(CURDIR)/jupyter/jupyter_lab_config.py \
 		--notebook-dir=$(if $(STUDENT),student/notebooks,notebooks) $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
-student: setup ## the student edition in student/notebooks/: solutions blanked, checks and quizzes kept (FORCE=1 replaces yours)
-	@$(PY) -m labs.exercises.edition $(if $(FORCE),--force)
+student: setup ## the student edition in student/notebooks/: solutions blanked, checks and quizzes kept (FORCE=1 replaces yours, FORCE=02 only notebook 02)
+	@$(PY) -m labs.exercises.edition $(if $(FORCE),--force $(filter-out 1,$(FORCE)))
 
 notebooks-html: setup ## executed HTML copies of the notebooks in notebooks/html/, for reading without a kernel
 	@$(VENV)/bin/jupyter nbconvert --execute --to html --output-dir notebooks/html \

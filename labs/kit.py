@@ -63,7 +63,7 @@ KITS: tuple[Kit, ...] = (
     Kit(
         Path("labs/lab3/worker_reference.py"),
         Path("labs/lab3/worker_starter.py"),
-        'make check-lab-3 WORKER="python path/to/your_worker.py"',
+        'make check-lab-3 WORKER=".venv/bin/python path/to/your_worker.py"',
     ),
 )
 

@@ -7,13 +7,15 @@ numbers change while the work runs, the page logs no console error, and every ce
 finishes without an error output. Screenshots are saved to a temporary directory and their
 paths printed. Without Chromium (or Playwright) the test is skipped with the reason.
 
-The student edition (``make student``) is served by the same JupyterLab, under ``student/``:
-the test runs the setup cell of notebook 02, then the exercise cells of 02.1 to 02.4 as one
-selection (the way Run All runs them): each check on a blank shows a red box saying in Russian
-what is missing, with the hint behind a click, and the cells after a failed check still run
-(the ``raises-exception`` tag). Then it types the reference solution into the 02.4 cell and
-runs it with its check: the box turns green. JupyterLab's "get notified about Jupyter news?"
-prompt never shows (the settings shipped in ``jupyter/``).
+The student edition (``make student``) is served by the same JupyterLab, under ``student/``,
+and notebook 02 is walked the way a student walks it: Run All reaches the end (each check on a
+blank shows a red box, the hint's first step behind a click, the clean-up keeps Redis up); the
+reference solution typed into 02.4 turns its box green; a wrong attempt (claimed, not acked)
+turns it red with the way back (``reset("02.4")``); the right code again on the used-up state
+gets one Russian line from Redis, not a traceback; the preparing cell, the solution and the
+check then turn it green again; and after a page reload the live panel is drawn whole again
+from the kernel's widget state (every point, the same axis ranges). JupyterLab's "get notified
+about Jupyter news?" prompt never shows (the settings shipped in ``jupyter/``).
 """
 
 from __future__ import annotations
@@ -146,49 +148,136 @@ def _wait_ran(
     raise AssertionError(f"cells {indexes} did not all run in {timeout_s:g} s: {_state(page)}")
 
 
-def test_the_student_edition_answers_back(
+WRONG_02_4 = """# 02.4, a first try: claimed, but not acknowledged
+_, claimed, _ = r.xautoclaim(rescue_stream, "billing", "rescuer", min_idle_time=100)
+rescued = [msg_id for msg_id, _ in claimed]
+"""
+PLOT_DATA_JS = """
+(selector) => {
+  const plot = document.querySelector(selector);
+  if (!plot || !plot.data || !plot._fullLayout) return null;
+  const points = plot.data.map(t => (t.x || []).length);
+  const top = (axis) => {
+    const range = plot._fullLayout[axis] && plot._fullLayout[axis].range;
+    return range ? range[1] : null;
+  };
+  return {points, yaxis: top('yaxis'), xaxis: top('xaxis'),
+          titles: (plot._fullLayout.annotations || []).map(a => a.text)};
+}
+"""
+
+
+def _wait_all_ran(page: Any, timeout_s: float) -> dict[int, dict[str, Any]]:
+    """Run All in the student edition: wait until every code cell has run (a failed check does not stop it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = page.evaluate(browser_support.NOTEBOOK_STATE_JS)
+        if state and state["kernel"] == "idle" and all(c["count"] is not None for c in state["cells"]):
+            return {c["index"]: c for c in state["cells"]}
+        time.sleep(0.3)
+    raise AssertionError(f"Run All did not reach the end in {timeout_s:g} s: {_state(page)}")
+
+
+def _boxes(page: Any) -> dict[str, list[bool]]:
+    found: dict[str, list[bool]] = {}
+    for box in page.evaluate(BOXES_JS):
+        found.setdefault(box["id"], []).append(box["passed"])
+    return found
+
+
+def _run_cells(page: Any, first: int, last: int, before: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    page.evaluate(RUN_RANGE_JS, {"from": first, "to": last})
+    return _wait_ran(page, list(range(first, last + 1)), before=before)
+
+
+def _shoot(page: Any, screens: Path, name: str, locator: str) -> Path:
+    target = page.locator(locator).last
+    target.scroll_into_view_if_needed()
+    path = screens / name
+    page.screenshot(path=str(path))
+    return path
+
+
+def test_the_student_path_run_all_fill_fail_retry_and_reload(
     lab: browser_support.JupyterServer, browser: Any, screens: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``make student``'s notebook 02 on the same server: a blank, its check, the fix (see the module docstring)."""
+    """``make student``'s notebook 02 the way a student goes through it (see the module docstring)."""
     student = lab.root_dir / "student"  # the server serves what is written under its root, even now
     edition.write_edition(edition.SOURCE_DIR, student)
     nb = nbformat.read(student / STUDENT_NOTEBOOK, as_version=4)
     reference = nbformat.read(edition.SOURCE_DIR / STUDENT_NOTEBOOK, as_version=4)
-    setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
     exercise = [i for i, c in enumerate(nb.cells) if c.metadata.get("exercise")]
+    checks = [i for i in exercise if edition.check_ids(nb.cells[i].source)]
     blank = next(i for i in exercise if nb.cells[i].metadata["exercise"] == "02.4" and "ваш код" in nb.cells[i].source)
     solution = next(c.source for c in reference.cells if c.id == nb.cells[blank].id)
+    cleanup = max(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    shots: list[Path] = []
     page = browser.new_page()
+    box_24 = ".exercise-check[data-exercise='02.4']"
     try:
         browser_support._open_notebook(page, lab, f"student/{STUDENT_NOTEBOOK}", timeout_s=60)
-        page.evaluate(RUN_RANGE_JS, {"from": setup, "to": setup})
-        _wait_ran(page, [setup])
-        page.evaluate(RUN_RANGE_JS, {"from": exercise[0], "to": exercise[-1]})
-        cells = _wait_ran(page, exercise)  # every cell ran: a failed check did not stop the selection
-        checks = [i for i in exercise if edition.check_ids(nb.cells[i].source)]
+        # 1. Run All reaches the end: the blank checks are red, nothing else failed, Redis is still up.
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        cells = _wait_all_ran(page, RUN_ALL_TIMEOUT_S)
         assert all(cells[i]["errors"] and "CheckFailed" in cells[i]["errors"][0] for i in checks), cells
-        assert all(not cells[i]["errors"] for i in exercise if i not in checks)
-        boxes = page.evaluate(BOXES_JS)
-        assert [(b["id"], b["passed"]) for b in boxes] == [(e, False) for e in EXERCISES_02]
-        assert all("пока не определен" in b["text"] and "Подсказка" in b["text"] for b in boxes)
-        hint = page.locator(".exercise-check[data-exercise='02.4'] summary")
+        others = [f"cell {i}: {c['errors']}" for i, c in cells.items() if c["errors"] and i not in checks]
+        assert not others, others
+        assert _boxes(page) == {e: [False] for e in EXERCISES_02}
+        cleanup_text = page.locator(".jp-Cell").nth(cleanup).inner_text()
+        assert "оставлены для заданий" in cleanup_text, cleanup_text
+        hint = page.locator(f"{box_24} summary").first
         hint.scroll_into_view_if_needed()
         hint.click()
-        assert "xautoclaim" in page.locator(".exercise-check[data-exercise='02.4'] details").inner_text()
-        page.screenshot(path=str(screens / "student-02-blank-checks.png"))
+        nudge = page.locator(f"{box_24} details.exercise-hint").inner_text()
+        assert "Ещё подсказка" in nudge and "XACK" not in nudge  # the second step is one more click away
+        shots.append(_shoot(page, screens, "student-02-1-run-all.png", box_24))
+        # 2. The student fills 02.4 and runs it with its check (the preparing cell above ran in Run All).
         page.evaluate(SET_SOURCE_JS, {"index": blank, "source": solution})
-        page.evaluate(RUN_RANGE_JS, {"from": blank - 1, "to": blank + 1})  # prepare, solution, check
-        cells = _wait_ran(page, [blank - 1, blank, blank + 1], before=cells)
-        assert not cells[blank + 1]["errors"], cells[blank + 1]
-        boxes = page.evaluate(BOXES_JS)
-        assert [(b["id"], b["passed"]) for b in boxes] == [(e, e == "02.4") for e in EXERCISES_02], boxes
-        assert "верно" in boxes[-1]["text"]
-        page.locator(".exercise-check[data-exercise='02.4']").scroll_into_view_if_needed()
-        page.screenshot(path=str(screens / "student-02-solution-passes.png"))
+        cells = _run_cells(page, blank, blank + 1, cells)
+        assert not cells[blank]["errors"] and not cells[blank + 1]["errors"], cells[blank + 1]
+        assert _boxes(page)["02.4"] == [True]
+        shots.append(_shoot(page, screens, "student-02-2-right.png", box_24))
+        # 3. A wrong attempt (claimed, not acked) on the state the right one used up: red, with the way back.
+        page.evaluate(SET_SOURCE_JS, {"index": blank, "source": WRONG_02_4})
+        cells = _run_cells(page, blank, blank + 1, cells)
+        assert cells[blank + 1]["errors"] and _boxes(page)["02.4"] == [False]
+        retry = page.locator(f"{box_24} .exercise-retry").inner_text()
+        assert 'reset("02.4")' in retry and "ячейку над вашим решением" in retry, retry
+        # ... and the right code again without re-preparing: one Russian line from Redis, not a traceback wall.
+        page.evaluate(SET_SOURCE_JS, {"index": blank, "source": solution})
+        cells = _run_cells(page, blank, blank + 1, cells)
+        assert len(cells[blank]["errors"]) == 1, cells[blank]
+        output = page.locator(".jp-Cell").nth(blank).locator(".jp-OutputArea-output").inner_text()
+        assert "Redis ответил ошибкой" in output and "Traceback" not in output and len(output.splitlines()) <= 3, output
+        page.locator(".jp-Cell").nth(blank).scroll_into_view_if_needed()
+        shots.append(screens / "student-02-3-wrong-and-again.png")
+        page.screenshot(path=str(shots[-1]))
+        # 4. The retry path: the preparing cell again, the solution, the check: green.
+        cells = _run_cells(page, blank - 1, blank + 1, cells)
+        assert not any(cells[i]["errors"] for i in (blank - 1, blank, blank + 1)), cells
+        assert _boxes(page)["02.4"] == [True]
+        shots.append(_shoot(page, screens, "student-02-4-retry-green.png", box_24))
+        # 5. A page reload: the panel comes back whole, from the kernel's widget state.
+        before = page.evaluate(PLOT_DATA_JS, browser_support.PANEL_PLOT)
+        assert before and max(before["points"]) > 5, before
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=20000)
+        page.reload(wait_until="domcontentloaded")
+        page.wait_for_function(f"(s) => {{ const d = ({PLOT_DATA_JS})(s); return d && Math.max(...d.points) > 0; }}",
+                               arg=browser_support.PANEL_PLOT, timeout=60000, polling=300)
+        after = page.evaluate(PLOT_DATA_JS, browser_support.PANEL_PLOT)
+        assert after["points"] == before["points"], (before, after)  # every line, every point
+        assert after["yaxis"] == pytest.approx(before["yaxis"]) and after["xaxis"] == pytest.approx(before["xaxis"])
+        assert len(after["titles"]) >= 3, after  # the three charts' titles, apart
+        panel = page.locator(browser_support.PANEL).first
+        panel.scroll_into_view_if_needed()
+        shot = screens / "student-02-5-panel-after-reload.png"
+        panel.screenshot(path=str(shot))
+        shots.append(shot)
         assert page.get_by_text(NEWS_PROMPT).count() == 0, "JupyterLab asked about Jupyter news"
     finally:
         with contextlib.suppress(Exception):
             page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
         page.close()
     with capsys.disabled():
-        print("\nstudent edition screenshots:", *sorted(screens.glob("student-02-*.png")), sep="\n  ")
+        print("\nstudent path screenshots:", *shots, sep="\n  ")

@@ -220,3 +220,16 @@ def test_a_crash_may_cost_the_redis_marker_work_but_not_none_or_sqlite() -> None
         assert crash.passed is passed, (strategy, crash.detail)
     (crash,) = [c for c in evaluate([run("crash", "redis", lost_one)]) if c.name.startswith("crash")]
     assert "the redis marker lost 1" in crash.detail
+
+
+def test_a_rescuer_that_acks_failed_work_is_named_the_rescuer() -> None:
+    # e4's entry 4-0 failed in billing-1, was reclaimed by billing-3, failed again there and was acked: never charged
+    failed_twice = [pel(101.0, ("4-0", "billing-1", 200, 1)), pel(102.5, ("4-0", "billing-1", 1700, 1)),
+                    pel(104.5, ("4-0", "billing-3", 100, 2)), pel(106.0, ("4-0", "billing-3", 1600, 2))]
+    entries = {"e1": ["1-0"], "e2": ["2-0"], "e3": ["3-0"], "e4": ["4-0"], "e5": ["5-0"], "e6": ["6-0"]}
+    rec = record(pels=failed_twice, stream_entries=entries)
+    assert (measure("normal", "sqlite", rec).lost, measure("normal", "sqlite", rec).lost_after_failure) == (1, 1)
+    (normal,) = [c for c in evaluate([run("normal", "sqlite", rec)]) if c.name.startswith("normal")]
+    assert not normal.passed and normal.detail.startswith("the rescuer acks failed work"), normal.detail
+    ack_first = [c for c in evaluate([run("normal", "sqlite")]) if c.name.startswith("normal")]  # e4 never pending
+    assert ack_first[0].detail.startswith("acked without doing the work"), ack_first[0].detail

@@ -208,3 +208,22 @@ def test_replay_redraws_the_recorded_samples(redis_client: redis.Redis, key_pref
     assert "повтор окончен" in _status(panel)
     assert list(panel._figure.figure.data[0].x) == [s.t_s for s in recorded]
     assert panel.samples == recorded  # a replay records nothing new
+
+
+def test_the_saved_widget_state_is_the_last_drawing_so_a_reload_redraws_it() -> None:
+    from labs.panels.figure import PanelFigure
+    from labs.panels.sample import PanelSample
+
+    figure = PanelFigure("orders · группа billing")
+    history = [
+        PanelSample(t_s=float(t), length=600, pending_by_consumer={"billing-2": 3 * t}, lag=600 - 10 * t,
+                    stream_age_ms=0, oldest_pending_age_ms=100 * t)
+        for t in range(12)
+    ]
+    figure.draw(history)
+    saved_data, saved_layout = figure.figure._widget_data, figure.figure._widget_layout
+    lag = next(trace for trace in saved_data if list(trace.get("y", [])) == [s.lag for s in history])
+    assert list(lag["x"]) == [s.t_s for s in history]
+    assert any(list(trace.get("y", [])) == [3 * t for t in range(12)] for trace in saved_data)  # billing-2's line
+    assert saved_layout["yaxis"]["range"][1] >= 600 and saved_layout["xaxis"]["range"][1] >= 11  # rescaled
+    assert len(saved_layout["annotations"]) >= 3  # the three charts' titles

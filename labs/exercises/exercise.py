@@ -46,12 +46,15 @@ class Exercise:
 
     ``needs``: names the student's solution cell defines (their absence means the cell is still
     blank or was not run). ``setup``: names the notebook's first code cell defines (``r``, ``P``).
+    The hint comes in two steps: ``nudge`` (where to look) first, then ``hint`` (the command or
+    the idea), never the finished code (``tests/test_hints.py`` holds every hint to that).
     """
 
     id: str
     title: str
     verify: Verify
     hint: str
+    nudge: str = ""
     needs: tuple[str, ...] = ()
     setup: tuple[str, ...] = ("r", "P")
 
@@ -75,29 +78,37 @@ class Verdict:
     exercise: Exercise
     passed: bool
     message: str
+    retry: str = ""  # how to start again from a fresh state (the student edition fills it on a failure)
 
     @property
     def text(self) -> str:
         """One plain line: ``✓ 02.4 «Спасите зависшее»: …`` or ``✗ …``."""
         mark = "✓" if self.passed else "✗"
-        return f"{mark} {self.exercise.id} «{self.exercise.title}»: {self.message}"
+        retry = f" {self.retry}" if self.retry else ""
+        return f"{mark} {self.exercise.id} «{self.exercise.title}»: {self.message}{retry}"
 
     def _repr_html_(self) -> str:
         colour, background, status = (
             ("#17803d", "#eef8f0", "верно") if self.passed else ("#b3261e", "#fdf0ef", "пока нет")
         )
+        retry = (
+            f"<div class='exercise-retry' style='margin-top:4px;color:#555'>{_code_spans(self.retry)}</div>"
+            if self.retry and not self.passed
+            else ""
+        )
         hint = (
             ""
             if self.passed
-            else "<details style='margin-top:4px'><summary style='cursor:pointer'>Подсказка</summary>"
-            f"<div style='margin-top:4px'>{_code_spans(self.exercise.hint)}</div></details>"
+            else "<details class='exercise-hint' style='margin-top:4px'>"
+            "<summary style='cursor:pointer'>Подсказка</summary>"
+            f"<div style='margin-top:4px'>{_hint_steps(self.exercise)}</div></details>"
         )
         return (
             f"<div class='exercise-check' data-exercise='{html.escape(self.exercise.id)}' "
             f"data-passed='{str(self.passed).lower()}' style='border-left:4px solid {colour};"
             f"background:{background};padding:6px 10px'>"
             f"<b style='color:{colour}'>{'✓' if self.passed else '✗'} {html.escape(self.exercise.id)} "
-            f"«{html.escape(self.exercise.title)}» — {status}.</b> {_code_spans(self.message)}{hint}</div>"
+            f"«{html.escape(self.exercise.title)}» — {status}.</b> {_code_spans(self.message)}{retry}{hint}</div>"
         )
 
     def __repr__(self) -> str:
@@ -109,6 +120,9 @@ def evaluate(exercise: Exercise, namespace: Mapping[str, Any]) -> Verdict:
     missing_setup = [name for name in exercise.setup if name not in namespace]
     if missing_setup:
         return Verdict(exercise, False, _missing_setup(missing_setup))
+    down = _server_down(namespace.get("r")) if "r" in exercise.setup else None
+    if down:  # a dead server first: the student's variables may be missing because their cell met it
+        return Verdict(exercise, False, down)
     missing = [name for name in exercise.needs if name not in namespace]
     if missing:
         return Verdict(exercise, False, _missing_names(missing))
@@ -118,7 +132,7 @@ def evaluate(exercise: Exercise, namespace: Mapping[str, Any]) -> Verdict:
     except Miss as miss:
         return Verdict(exercise, False, str(miss))
     except redis.ConnectionError as exc:
-        return Verdict(exercise, False, f"Redis не отвечает ({exc}). Выполните первую ячейку ноутбука заново.")
+        return Verdict(exercise, False, f"Redis не отвечает ({exc}). {RERUN_FIRST}")
     except redis.RedisError as exc:
         return Verdict(exercise, False, f"Redis ответил ошибкой: {type(exc).__name__}: {exc}.")
     except Exception as exc:  # the student's object was not what the check expected: say so, no traceback
@@ -128,6 +142,37 @@ def evaluate(exercise: Exercise, namespace: Mapping[str, Any]) -> Verdict:
             f"Проверка не смогла разобрать ваш результат ({type(exc).__name__}: {exc}). "
             "Сверьте тип и форму переменных с условием задания.",
         )
+
+
+RERUN_FIRST = (
+    "Выполните первую ячейку кода ноутбука заново (она поднимет Redis, если его нет; или `make up` в терминале), "
+    "затем ячейку, которая готовит задание, ваше решение и проверку."
+)
+
+
+def _server_down(client: Any) -> str | None:
+    """The Russian line for a server that does not answer ``PING``, or None when it does (or is no client)."""
+    ping = getattr(client, "ping", None)
+    if not callable(ping):
+        return None
+    try:
+        ping()
+    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException) as exc:
+        return f"Redis не отвечает ({type(exc).__name__}: {exc}). {RERUN_FIRST}"
+    except redis.RedisError:  # it answered, if with an error (a cluster mid-failover): not "down"
+        return None
+    return None
+
+
+def _hint_steps(exercise: Exercise) -> str:
+    """The nudge, and the second step one more click away (or the hint alone, when there is no nudge)."""
+    if not exercise.nudge:
+        return _code_spans(exercise.hint)
+    return (
+        f"{_code_spans(exercise.nudge)}<details class='exercise-hint-more' style='margin-top:4px'>"
+        f"<summary style='cursor:pointer'>Ещё подсказка</summary><div style='margin-top:4px'>"
+        f"{_code_spans(exercise.hint)}</div></details>"
+    )
 
 
 def _code_spans(text: str) -> str:

@@ -149,11 +149,15 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Мягкий предел буфера",
         needs=("soft_original", "soft_name", "soft_over_s", "soft_cut_s"),
         verify=_verify_soft_limit,
+        nudge=(
+            "Предел задаётся параметром `client-output-buffer-limit` для класса pubsub; подписчик, "
+            "который не читает, копит ответы в своём буфере — его размер виден в CLIENT LIST."
+        ),
         hint=(
-            "r.config_set('client-output-buffer-limit', 'pubsub 0 262144 1'); в цикле r.publish(soft_channel, "
-            "'x' * 65536) и time.sleep(0.01), пока publish не вернёт 0. После каждого publish найдите себя в "
-            "r.client_list() по c['name'] == soft_name и сравните int(c['omem']) с 262144. "
-            "Время — time.monotonic() от начала цикла; в finally — r.config_set(..., soft_original)."
+            "Поставьте мягкий предел (жёсткий — 0, мягкий — 256 КБ, секунды — 1), публикуйте крупные "
+            "сообщения с короткой паузой, пока PUBLISH не вернёт 0, и после каждой публикации смотрите "
+            "поле `omem` своего подписчика в `r.client_list()`. Исходное значение параметра верните в "
+            "`finally`."
         ),
     ),
     Exercise(
@@ -161,9 +165,13 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Политика без кандидатов",
         needs=("no_candidates", "no_candidates_like"),
         verify=_verify_no_candidates,
+        nudge=(
+            "Политика вытеснения выбирает жертв только среди своих кандидатов: какие ключи считаются "
+            "кандидатами у `volatile-*`?"
+        ),
         hint=(
-            "with tempfile.TemporaryDirectory() as tmp: no_candidates = eviction.run_eviction(Path(tmp), "
-            "'volatile-lru') — без ttl_s. Потом сравните поля результата с таблицей трёх политик выше."
+            "Тот же опыт `eviction.run_eviction`, что и выше, но с политикой `volatile-lru` и без TTL у "
+            "ключей; затем сравните поля результата с таблицей трёх политик."
         ),
     ),
     Exercise(
@@ -171,10 +179,14 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Узел и примерная обрезка",
         needs=("excess_100", "excess_10"),
         verify=_verify_node_size,
+        nudge=(
+            "Приблизительная обрезка (`MAXLEN ~`) удаляет только целые узлы радикс-дерева; сколько "
+            "записей в узле, задаёт `stream-node-max-entries`."
+        ),
         hint=(
-            "Конвейер из 2555 pipe.xadd(stream, {...}, maxlen=1000, approximate=True), потом r.xlen(stream) - 1000. "
-            "Сначала стрим ex:nodes:100 как есть; потом r.config_set('stream-node-max-entries', 10), стрим "
-            "ex:nodes:10, и в finally r.config_set('stream-node-max-entries', 100)."
+            "Заполните стрим конвейером с `maxlen=1000, approximate=True`, посчитайте, на сколько XLEN "
+            "больше 1000; повторите на новом стриме с меньшим `stream-node-max-entries` и верните "
+            "параметр в `finally`."
         ),
     ),
 )

@@ -191,10 +191,14 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Два упавших консьюмера",
         needs=("two_journal",),
         verify=_verify_two_failing,
+        nudge=(
+            "Кому принадлежала запись, знает PEL — но только до захвата: после XAUTOCLAIM владелец уже "
+            "`rescuer`."
+        ),
         hint=(
-            "Владельцы до захвата: {row['message_id']: row['consumer'] for row in r.xpending_range(two_stream, "
-            "'billing', '-', '+', 100)}. Потом r.xautoclaim(two_stream, 'billing', 'rescuer', min_idle_time=100, "
-            "count=100), XACK забранных и журнал [(ID, владелец) для каждой забранной]."
+            "Сначала `xpending_range` по группе (у каждой строки есть `message_id` и `consumer`), потом "
+            "XAUTOCLAIM консьюмером `rescuer` с min idle 100 мс и достаточным COUNT, XACK забранного; "
+            "журнал — пары (ID, прежний владелец)."
         ),
     ),
     Exercise(
@@ -202,10 +206,14 @@ EXERCISES: tuple[Exercise, ...] = (
         title="COUNT и min idle вместе",
         needs=("batch_20", "batch_5", "twice_20_predicted"),
         verify=_verify_batch,
+        nudge=(
+            "Записи пачки подтверждаются по одной, друг за другом; спасатель забирает те, что простаивают "
+            "дольше min idle."
+        ),
         hint=(
-            "batch_20 = claiming.double_processing_run(REDIS_URL, P + 'ex:batch:20', min_idle_ms=500, entries=20, "
-            "work_ms=50), так же batch_5. Для прогноза: запись k подтверждается примерно через (k + 1) × 50 мс "
-            "после чтения пачки — сколько записей не успеют до 500 мс?"
+            "Два прогона `claiming.double_processing_run` с параметрами из условия (20 и 5 записей). "
+            "Прогноз: запись k подтверждается примерно через (k + 1) × work_ms после чтения — сколько из "
+            "20 не успеют до min idle?"
         ),
     ),
     Exercise(
@@ -213,10 +221,12 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Где зависло?",
         needs=("pending_by_consumer", "oldest_holder"),
         verify=_verify_where_stuck,
+        nudge=(
+            "Сколько записей у кого висит — это PEL группы, а не то, сколько каждый прочитал."
+        ),
         hint=(
-            "Сводка: r.xpending(stream, group) — в ней список consumers с полями name и pending. "
-            "Подробности: r.xpending_range(stream, group, min='-', max='+', count=100) — у каждой "
-            "записи есть consumer и time_since_delivered (idle в миллисекундах)."
+            "Сводка XPENDING (`r.xpending`) даёт список консьюмеров с числом записей; расширенная форма "
+            "(`r.xpending_range`) даёт у каждой записи консьюмера и `time_since_delivered`."
         ),
     ),
     Exercise(
@@ -224,10 +234,13 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Спасите зависшее",
         needs=("rescued",),
         verify=_verify_rescue,
+        nudge=(
+            "Чужие зависшие записи забирают командой, которая сама находит записи старше min idle; "
+            "забрать мало — их надо ещё и подтвердить."
+        ),
         hint=(
-            "r.xautoclaim(stream, group, 'rescuer', min_idle_time=100) возвращает тройку: курсор, "
-            "забранные записи (пары ID и поля) и удалённые ID. Возьмите ID из второго элемента и "
-            "подтвердите их одним r.xack(stream, group, *ids)."
+            "XAUTOCLAIM консьюмером `rescuer` с min idle 100 мс возвращает тройку: курсор, забранные "
+            "записи (пары ID и поля) и удалённые ID. ID из второго элемента подтвердите XACK."
         ),
     ),
 )

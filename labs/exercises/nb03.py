@@ -128,11 +128,13 @@ EXERCISES: tuple[Exercise, ...] = (
         setup=("RUN_DIR",),
         needs=("snapshot_ids", "later_ids", "rdb_before_snapshot", "rdb_after_snapshot"),
         verify=_verify_rdb_only,
+        nudge=(
+            "Без AOF данные переживают `kill -9` только до последнего снимка RDB."
+        ),
         hint=(
-            "topo = Topology.on_free_ports('single', RUN_DIR / 'ex-rdb'); try: topo.ensure(); клиент "
-            "redis.Redis.from_url(topo.url): write_acknowledged(...), client.save(), ещё write_acknowledged(...); "
-            "topo.kill(); topo.ensure(); count_present(новый клиент, стрим, ids) для каждой серии; "
-            "finally: topo.stop()."
+            "Отдельная топология `single` на свободных портах в `RUN_DIR`: серия подтверждённых записей, "
+            "снимок `SAVE`, ещё серия, `kill()` и снова `ensure()`; `count_present` для каждой серии; в "
+            "`finally` — `stop()`."
         ),
     ),
     Exercise(
@@ -141,11 +143,13 @@ EXERCISES: tuple[Exercise, ...] = (
         setup=("RUN_DIR",),
         needs=("cut_tail_ids", "tail_wait", "tail_wait_ms", "tail_on_replica"),
         verify=_verify_wait_after_cut,
+        nudge=(
+            "WAIT считает реплики, подтвердившие запись; при разрезанной связи ждать некого."
+        ),
         hint=(
-            "with master_and_replica(RUN_DIR / 'ex-wait') as pair: клиент pair.master.client(5.0); сначала "
-            "wait_replicas(client, 1, 5000) — реплика на связи; with link_cut(pair.master, pair.replica): "
-            "write_acknowledged(...); после блока засеките время вокруг wait_replicas(client, 1, 2000); "
-            "count_present(pair.replica.client(5.0), стрим, ids)."
+            "Пара `master_and_replica`: сначала убедитесь, что WAIT видит реплику; запишите серию внутри "
+            "`link_cut`, после него засеките время вокруг WAIT с таймаутом и посчитайте на реплике, что "
+            "дошло."
         ),
     ),
     Exercise(
@@ -154,9 +158,12 @@ EXERCISES: tuple[Exercise, ...] = (
         setup=(),
         needs=("same_slot_as_42",),
         verify=_verify_hash_tags,
+        nudge=(
+            "Hash tag — это текст в первых фигурных скобках ключа, если он не пуст."
+        ),
         hint=(
-            "Найдите первую '{'; за ней первую '}'. Если между ними что-то есть — хэшируется только это, если пусто "
-            "или '}' нет — весь ключ. Сравните получившуюся строку с '42'."
+            "Найдите первую `{` и первую `}` после неё. Непустое между ними — хэшируется только оно; "
+            "иначе хэшируется весь ключ. Сравните результат с тем, что ожидает задание."
         ),
     ),
 )

@@ -223,9 +223,13 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Ваша реализация",
         needs=("my_impl",),
         verify=_verify_impl,
+        nudge=(
+            "Проверке нужна ваша реализация лабораторной 1: файл рядом с репозиторием и путь к нему."
+        ),
         hint=(
-            "cp labs/lab1/starter.py my_lab1.py в корне репозитория, допишите четыре функции (их докстринги называют "
-            "команды redis-py), и my_impl = '../my_lab1.py'. Проверка назовёт первую функцию и шаг, где что-то не так."
+            "Скопируйте `labs/lab1/starter.py` в `my_lab1.py` в корне репозитория, допишите функции по их "
+            "докстрингам и укажите путь в `my_impl`. Проверка назовёт первую функцию и шаг, где что-то не "
+            "так."
         ),
     ),
     Exercise(
@@ -233,10 +237,13 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Подтвердить до работы",
         needs=("broken_pel", "broken_lost", "broken_done"),
         verify=_verify_ack_first,
+        nudge=(
+            "Что будет с записью, если XACK сделан раньше, чем работа, а воркер упал между ними?"
+        ),
         hint=(
-            "consume_ack_first — копия consume_once, где client.xack(...) стоит сразу после чтения, до handle(...). "
-            "После прогона: broken_pel = r.xpending(broken_stream, 'billing')['pending']; счётчики продюсера — "
-            "int(fields['counter']) из r.xrange(broken_stream); broken_lost = они минус set(broken_done)."
+            "Функция-копия `consume_once`, в которой XACK стоит сразу после чтения, до обработки. После "
+            "прогона сравните PEL группы и счётчики продюсера в стриме с тем, что обработчик успел "
+            "сделать."
         ),
     ),
     Exercise(
@@ -244,9 +251,12 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Спасатель торопится",
         needs=("hurry_journal", "hurry_taken_from_live", "hurry_live", "hurry_done"),
         verify=_verify_hurry,
+        nudge=(
+            "Спасатель с маленьким min idle забирает записи у живого, просто медленного консьюмера."
+        ),
         hint=(
-            "start_live_batch(); time.sleep(0.15); _, hurry_journal = lab1.rescue_once(r, hurry_stream, 'billing', "
-            "'rescuer', always_ok, min_idle_ms=50); hurry_taken_from_live = len(hurry_journal)."
+            "Запустите живую пачку, подождите чуть дольше min idle и вызовите `lab1.rescue_once` с min "
+            "idle 50 мс; журнал спасателя — то, что он забрал у живого."
         ),
     ),
 )

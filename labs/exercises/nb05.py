@@ -115,9 +115,13 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Граница BLOCK и таймаута",
         needs=("edge_results",),
         verify=_verify_edge,
+        nudge=(
+            "BLOCK держит соединение молча; если это дольше таймаута сокета клиента, клиент решит, что "
+            "сервер пропал."
+        ),
         hint=(
-            "edge_results = {b: block_past_socket_timeout(REDIS_URL, edge_stream, socket_timeout_s=0.5, block_ms=b) "
-            "for b in (300, 700)} — одно значение меньше 500 мс, другое больше."
+            "Функция `block_past_socket_timeout` для двух значений BLOCK: одно меньше таймаута сокета 0,5 "
+            "с, другое больше; результаты — в словарь по BLOCK."
         ),
     ),
     Exercise(
@@ -125,9 +129,14 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Пачка целиком и на одну больше",
         needs=("held_64", "held_65"),
         verify=_verify_held,
+        nudge=(
+            "Сколько записей держит воркер в момент падения, зависит от того, читает ли он следующую "
+            "пачку сразу после обработанной."
+        ),
         hint=(
-            "work_held_at_crash(REDIS_URL, P + 'ex:held:64', count=64, read_ahead=False, crash_after_handled=64)"
-            ".held_at_crash, и так же с 65. Подумайте, что цикл делает сразу после того, как обработал всю пачку."
+            "Функция `work_held_at_crash` с пачкой 64 без упреждающего чтения: падение после 64 "
+            "обработанных и после 65. Подумайте, что цикл делает сразу после того, как обработал всю "
+            "пачку."
         ),
     ),
     Exercise(
@@ -135,9 +144,12 @@ EXERCISES: tuple[Exercise, ...] = (
         title="TTL метки и поздний повтор",
         needs=("effects_by_ttl",),
         verify=_verify_ttl,
+        nudge=(
+            "Метка идемпотентности защищает от повтора, только пока она жива."
+        ),
         hint=(
-            "{ttl: late_replay(r, P + f'ex:ttl:{ttl}', ttl_ms=ttl, replay_after_ms=300) for ttl in (...)} — возьмите "
-            "один TTL заметно меньше 300 мс и один заметно больше."
+            "Функция `late_replay` с повтором через 300 мс для двух TTL метки: одного заметно меньше 300 "
+            "мс и одного заметно больше; результаты — в словарь по TTL."
         ),
     ),
 )

@@ -227,10 +227,14 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Кривая у обрыва",
         needs=("fine_sweep", "fine_zero_from_ms", "fine_p99_ms"),
         verify=_curve_checker("fine_sweep", "ex:fine:", (90, 110), _fine_lesson),
+        nudge=(
+            "Дубли появляются, когда min idle меньше самой долгой обработки; у обработки с разбросом "
+            "«самая долгая» — это хвост, p99."
+        ),
         hint=(
-            "fine_sweep = min_idle_sweep(REDIS_URL, P + 'ex:fine:', [70, 90, 100, 110, 150], entries=40, "
-            "work_ms=40, jitter_ms=60); p99 — max(x.handler_p99_ms for x in fine_sweep); обрыв — идите от "
-            "большего min idle к меньшему, пока дублей 0."
+            "Сетка `min_idle_sweep` из условия (с разбросом 60 мс). Обрыв — наименьший min idle, при "
+            "котором дублей ещё 0; идите по сетке от большего к меньшему. p99 — наибольший из "
+            "`handler_p99_ms` прогонов."
         ),
     ),
     Exercise(
@@ -238,9 +242,11 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Без разброса",
         needs=("flat_sweep", "flat_zero_from_ms", "flat_p99_ms"),
         verify=_curve_checker("flat_sweep", "ex:flat:", (20, 40, 50, 60, 80), _flat_lesson),
+        nudge=(
+            "Без разброса все обработки одинаковы: где теперь окажется обрыв относительно work_ms?"
+        ),
         hint=(
-            "flat_sweep = min_idle_sweep(REDIS_URL, P + 'ex:flat:', [20, 40, 50, 60, 80], entries=40, work_ms=40, "
-            "jitter_ms=0); обрыв и p99 — так же, как в задании 1."
+            "Та же функция, сетка из условия и разброс 0; обрыв и p99 — так же, как в задании 1."
         ),
     ),
     Exercise(
@@ -248,9 +254,12 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Пачка спасателя в одну запись",
         needs=("race_one", "race_slow"),
         verify=_verify_race,
+        nudge=(
+            "Если каждый спасатель берёт по одной записи, сталкиваются ли они на одной и той же?"
+        ),
         hint=(
-            "race_one = rescuers_race(REDIS_URL, P + 'ex:race:1', rescuers=3, lease=False, count=1); race_slow — "
-            "то же на P + 'ex:race:slow' с entries=9, work_ms=150."
+            "`rescuers_race` без аренды с пачкой в одну запись, затем то же на медленной обработке "
+            "(параметры — в условии); сравните дубли двух прогонов."
         ),
     ),
     Exercise(
@@ -258,9 +267,12 @@ EXERCISES: tuple[Exercise, ...] = (
         title="COUNT 1",
         needs=("count_one", "count_sixteen", "reads_per_entry"),
         verify=_verify_count_one,
+        nudge=(
+            "Сколько раз воркеры ходили в XREADGROUP, Redis считает сам, по каждой команде."
+        ),
         hint=(
-            "До и после каждого await pool_run(...) читайте int(r.info('commandstats')['cmdstat_xreadgroup']"
-            "['calls']); разница / 200 — чтений на запись."
+            "До и после каждого прогона `pool_run` читайте счётчик вызовов XREADGROUP из `INFO "
+            "commandstats`; разница, делённая на число записей, — чтений на запись."
         ),
     ),
     Exercise(
@@ -268,10 +280,13 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Простой дольше всех попыток",
         needs=("long_outage", "attempts_budget_s", "budget_overrun"),
         verify=_verify_long_outage,
+        nudge=(
+            "Каждая попытка ждёт min idle, и попыток `max_attempts`: сколько всего времени есть у записи "
+            "до DLQ?"
+        ),
         hint=(
-            "long_outage = await locked_ledger_run(REDIS_URL, P + 'ex:store', RUN_DIR / 'ex-store.sqlite3', "
-            "hold_s=3.0, max_attempts=2, during=40); attempts_budget_s = long_outage.max_attempts * "
-            "long_outage.min_idle_ms / 1000; budget_overrun = long_outage.hold_s / attempts_budget_s."
+            "Прогон `locked_ledger_run` с параметрами из условия. Бюджет попыток — их число, умноженное "
+            "на min idle (в секундах); перерасход — время простоя хранилища, делённое на бюджет."
         ),
     ),
 )

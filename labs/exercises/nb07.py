@@ -144,11 +144,13 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Бюджет drain",
         needs=("left_short", "left_long"),
         verify=_verify_drain_budget,
+        nudge=(
+            "Бюджет drain ограничивает, сколько воркер ждёт начатые обработки после сигнала остановки."
+        ),
         hint=(
-            "Worker(Settings(redis_url=REDIS_URL, stream=..., group='billing', consumer='ex-drain', ledger=RUN_DIR / "
-            "'...sqlite3', block_ms=200, handler_delay_ms=300, parallelism=4, count=4, drain_timeout_s=...)); task = "
-            "asyncio.create_task(worker.run()); ждите (await asyncio.sleep) 8 записей в pending_ids(r, stream); "
-            "worker.request_stop(); (await task).left_pending."
+            "Воркер задачей asyncio с медленным обработчиком и параллелизмом из условия; дождитесь "
+            "нужного числа записей в PEL, попросите остановку (`request_stop`) и посмотрите "
+            "`left_pending` в итоге `run()`."
         ),
     ),
     Exercise(
@@ -157,10 +159,13 @@ EXERCISES: tuple[Exercise, ...] = (
         setup=("r", "P", "RUN_DIR"),
         needs=("killed_drain_line", "killed_pending"),
         verify=_verify_killed,
+        nudge=(
+            "Оркестратор даёт процессу время на drain после SIGTERM, а потом убивает; что станет с "
+            "начатыми записями?"
+        ),
         hint=(
-            "worker = WorkerProcess.start(REDIS_URL, killed_stream, RUN_DIR / 'ex-killed.sqlite3', 'w-killed', "
-            "RUN_DIR, handler_delay_ms=2000, count=4, parallelism=4); wait_until(...4 в pending_ids...); "
-            "worker.proc.send_signal(signal.SIGTERM); time.sleep(0.5); worker.kill(); потом лог и pending_ids."
+            "Воркер отдельным процессом (`WorkerProcess.start`) с долгой обработкой; дождитесь записей в "
+            "PEL, пошлите SIGTERM, через полсекунды убейте процесс и посмотрите его лог и PEL."
         ),
     ),
     Exercise(
@@ -169,10 +174,14 @@ EXERCISES: tuple[Exercise, ...] = (
         setup=("r", "P", "RUN_DIR"),
         needs=("broken_charged", "broken_dead", "broken_twice"),
         verify=_verify_broken,
+        nudge=(
+            "Постоянная ошибка обработчика не лечится повторами: после `max_attempts` запись должна уйти "
+            "в DLQ."
+        ),
         hint=(
-            "await dlq_run(REDIS_URL, P + 'ex:broken', RUN_DIR / 'ex-broken.sqlite3', good=20, fail_every=2, "
-            "max_attempts=3); леджер: sqlite3.connect(путь), SELECT COUNT(*), COUNT(DISTINCT event_id) FROM charges; "
-            "DLQ: r.xlen(P + 'ex:broken:dlq')."
+            "Прогон `dlq_run` с обработчиком, падающим на части записей (параметры — в условии); в "
+            "леджере SQLite сравните число списаний и число разных событий; длина DLQ — XLEN стрима "
+            "`:dlq`."
         ),
     ),
     Exercise(
@@ -180,9 +189,12 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Отставание, которое видно",
         needs=("lag_samples",),
         verify=_verify_lag,
+        nudge=(
+            "Lag группы — сколько записей стрима группа ещё не выдала; его видно в XINFO GROUPS."
+        ),
         hint=(
-            "Запустите воркер задачей (handler_delay_ms=20, parallelism=1), потом start_feeding(); в цикле: await "
-            "asyncio.sleep(0.1) и r.xinfo_groups(lag_stream)[0]['lag'] в список; потом request_stop() и await задачи."
+            "Медленный воркер задачей asyncio и продюсер; в цикле с короткой паузой записывайте `lag` из "
+            "XINFO GROUPS в список; потом остановите обоих."
         ),
     ),
 )

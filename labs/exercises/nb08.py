@@ -153,9 +153,12 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Дедуп в одной транзакции",
         needs=("charge_once", "ledger_schema"),
         verify=_verify_ledger,
+        nudge=(
+            "Метка «событие применено» и само списание должны появиться вместе или не появиться вовсе."
+        ),
         hint=(
-            "with db: — одна транзакция (COMMIT в конце блока, ROLLBACK при исключении). Внутри: INSERT OR IGNORE INTO "
-            "applied_events ...; если rowcount == 1 — INSERT INTO charges ...; вернуть, была ли вставка."
+            "Одна транзакция SQLite (`with db:`): вставка метки с игнорированием повтора; списание — "
+            "только если метка действительно вставилась (`rowcount`); верните, была ли вставка."
         ),
     ),
     Exercise(
@@ -163,10 +166,14 @@ EXERCISES: tuple[Exercise, ...] = (
         title="WAIT вместо тихой потери",
         needs=("confirmed_ids", "unknown_ids", "missing_ids"),
         verify=_verify_wait,
+        nudge=(
+            "Подтверждённая записью на мастере операция может не дойти до реплики; WAIT говорит, дошла "
+            "ли."
+        ),
         hint=(
-            "После каждого old.xadd(...) — old.wait(1, 100): 1 — в confirmed_ids, 0 — в unknown_ids. Продвижение: "
-            "new.execute_command('REPLICAOF', 'NO', 'ONE'); разжалование: old.execute_command('REPLICAOF', "
-            "'127.0.0.1', str(pair.replica.port)), дождаться master_link_status:up; потом XRANGE на new."
+            "После каждой записи на старом мастере — WAIT на одну реплику с коротким таймаутом, и по "
+            "ответу раскладывайте ID на подтверждённые и неизвестные; затем продвиньте реплику и "
+            "разжалуйте старый мастер (REPLICAOF) и посмотрите XRANGE на новом."
         ),
     ),
     Exercise(
@@ -174,9 +181,13 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Пустой XPENDING ничего не доказывает",
         needs=("pel_now", "acked_not_done"),
         verify=_verify_ack_first,
+        nudge=(
+            "XPENDING показывает только выданные и не подтверждённые записи; невыданные в нём не видны "
+            "вовсе."
+        ),
         hint=(
-            "last = r.xinfo_groups(stream)[0]['last-delivered-id']; выданные — ID из r.xrange(stream, '-', last); "
-            "висящие — из r.xpending_range(stream, 'billing', '-', '+', 1000); списанные — r.hvals(ledger)."
+            "Граница выданного — `last-delivered-id` группы в XINFO GROUPS; выданные — XRANGE до неё, "
+            "висящие — расширенный XPENDING, списанные — значения хэша леджера."
         ),
     ),
 )

@@ -52,8 +52,14 @@ def _verify_dlq(ns: Mapping[str, Any]) -> str:
     expect(r.keyslot(dlq) == r.keyslot(shard),
            "DLQ в другом слоте, чем шард: скрипт с такими KEYS кластер не выполнит (CROSSSLOT). В слот "
            "ключа решает только hash tag — часть в фигурных скобках.")
-    expect(r.exists(dlq) and r.xlen(dlq) == 1,
-           "Имя подходит, но в DLQ нет записи: вызовите скрипт `dead_letter(dlq_key)` из готовящей ячейки.")
+    in_dlq = int(r.xlen(dlq)) if r.exists(dlq) else 0
+    expect(in_dlq or int(r.xpending(shard, GROUP)["pending"]),
+           "Запись шарда уже подтверждена прошлым вызовом `dead_letter` (с другим именем DLQ?), и в эту DLQ "
+           "ей не попасть: выполните заново ячейку над решением (или `reset(\"09.2\")`), затем решение.")
+    expect(in_dlq, "Имя подходит, но в DLQ нет записи: вызовите скрипт `dead_letter(dlq_key)` из готовящей ячейки.")
+    expect(in_dlq == 1,
+           "В DLQ больше одной записи — след прошлых попыток: выполните заново ячейку над решением (она начнёт "
+           "с чистого шарда и DLQ) или `reset(\"09.2\")`, затем решение.")
     expect(int(r.xpending(shard, GROUP)["pending"]) == 0,
            "Запись всё ещё в PEL шарда: скрипт должен был подтвердить её (XACK) тем же вызовом.")
     return ("XACK и XADD в DLQ прошли одним скриптом: оба ключа несут тег {7}, значит один слот. Так "
@@ -110,22 +116,45 @@ def _verify_moved(ns: Mapping[str, Any]) -> str:
 EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         id="09.1", title="Где живёт ключ", needs=("owner_port",), verify=_verify_owner,
-        hint="r.cluster_keyslot(key) — слот ключа; r.cluster_slots() — словарь {(первый, последний слот): "
-             "{'primary': (host, port), 'replicas': [...]}}. Найдите диапазон, в котором лежит слот.",
+        nudge=(
+            "Кластер делит ключи по слотам, а слоты — по мастерам."
+        ),
+        hint=(
+            "CLUSTER KEYSLOT даёт слот ключа; CLUSTER SLOTS (`r.cluster_slots()`) — диапазоны слотов с "
+            "адресом мастера. Найдите диапазон, в котором лежит слот."
+        ),
     ),
     Exercise(
         id="09.2", title="Скрипт в одном слоте", needs=("dlq_key",), verify=_verify_dlq,
-        hint="Сравните r.keyslot(ex_shard) и r.keyslot(вашего имени). Хэшируется только то, что в первых "
-             "фигурных скобках; имя DLQ воркера — <стрим>:dlq.",
+        nudge=(
+            "Скрипт может трогать ключи только одного слота; какой слот у `ex_shard` и у вашего имени "
+            "DLQ?"
+        ),
+        hint=(
+            "Сравните `r.keyslot` обоих имён. Хэшируется только то, что в первых фигурных скобках; имя "
+            "DLQ воркера — `<стрим>:dlq`."
+        ),
     ),
     Exercise(
         id="09.3", title="Маршрут по order_id", needs=("sent",), verify=_verify_route,
-        hint="route_shards.shard_for(order_id) — имя шарда заказа (это shard_of(order_id, 3)); "
-             "r.xadd(имя, {'order_id': ..., 'seq': ...}) для каждого события по очереди.",
+        nudge=(
+            "Порядок по заказу держится, если все события заказа идут в один шард, и в том порядке, в "
+            "каком возникли."
+        ),
+        hint=(
+            "Шард заказа выбирает `route_shards.shard_for` (это `shard_of` по трём шардам); события "
+            "каждого заказа пишите XADD по очереди, seq по возрастанию."
+        ),
     ),
     Exercise(
         id="09.4", title="Сколько заказов переедет", needs=("moved_4", "moved_6"), verify=_verify_moved,
-        hint="sum(shard_of(o, 3) != shard_of(o, 4) for o in order_ids) / len(order_ids): сколько order_id "
-             "из тысячи получают другой номер шарда.",
+        nudge=(
+            "Номер шарда — хэш order_id по модулю числа шардов; при смене числа шардов у кого меняется "
+            "остаток?"
+        ),
+        hint=(
+            "Для каждого order_id сравните `shard_of` при трёх шардах и при новом числе; доля — число "
+            "изменившихся, делённое на число заказов."
+        ),
     ),
 )

@@ -207,10 +207,14 @@ EXERCISES: tuple[Exercise, ...] = (
         needs=("lag_query",),
         setup=SETUP,
         verify=_verify_lag,
+        nudge=(
+            "Отставание по времени — разница между временем последней записи стрима и временем последней "
+            "выданной группе."
+        ),
         hint=(
-            "Экспортер отдаёт redis_stream_last_generated_id{stream} и redis_stream_group_last_delivered_id"
-            "{stream, group} — время из ID в миллисекундах. Вычтите второе из первого, сопоставив ряды "
-            "on (instance, stream) с group_right, и поделите на 1000."
+            "Экспортер отдаёт оба момента как метрики стрима и группы (время из ID, в миллисекундах); "
+            "вычтите одно из другого, сопоставив ряды по instance и stream (с `group_right`), и "
+            "переведите в секунды."
         ),
     ),
     Exercise(
@@ -218,9 +222,12 @@ EXERCISES: tuple[Exercise, ...] = (
         title="Самый тяжёлый ключ",
         needs=("heaviest",),
         verify=_verify_heaviest,
+        nudge=(
+            "Память, которую занимает ключ, Redis оценивает командой MEMORY USAGE."
+        ),
         hint=(
-            "r.scan_iter(match=P + 'ex:big:*') даёт ключи, r.memory_usage(key, samples=0) — байты каждого; "
-            "возьмите ключ с наибольшим значением."
+            "Переберите ключи задания через SCAN по шаблону, для каждого спросите MEMORY USAGE (точно: "
+            "`samples=0`) и возьмите наибольший."
         ),
     ),
     Exercise(
@@ -229,10 +236,13 @@ EXERCISES: tuple[Exercise, ...] = (
         needs=("alert_expr",),
         setup=SETUP,
         verify=_verify_no_false_alarm,
+        nudge=(
+            "Бэклог сам по себе не тревога: тревожно, когда он есть, а консьюмеры давно молчат."
+        ),
         hint=(
-            "stream_group:lag_entries > 0 — группы с бэклогом; stream_group:consumer_idle_min_seconds — "
-            "простой самого свежего консьюмера. Оставьте из первого то, у чего простой больше 2 с: "
-            "оператор and (или unless) с on (instance, stream, group)."
+            "Возьмите правило записи с lag группы и правило с простоем самого свежего консьюмера; "
+            "оставьте группы с бэклогом, где простой больше порога, оператором `and` (или `unless`) с `on "
+            "(instance, stream, group)`."
         ),
     ),
 )

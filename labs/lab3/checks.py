@@ -59,7 +59,7 @@ def check_failures_redelivered(runs: Sequence[Run]) -> Check | None:
     lost = [f"{_where(r)}: {r.result.lost} lost{_ids(r.result.lost_ids, r.result.lost)}"
             for r in normal if r.result.lost]
     if lost:
-        return Check(name, False, "acked without doing the work: " + "; ".join(lost))
+        return Check(name, False, _loss_cause(normal) + "; ".join(lost))
     idle = [r for r in normal if r.result.failed_attempts == 0]
     if idle:
         stall = idle[0].record.stall_ms
@@ -76,6 +76,15 @@ def check_failures_redelivered(runs: Sequence[Run]) -> Check | None:
     confirmed = sum(r.result.confirmed for r in normal)
     return Check(name, True, f"{failed} failed attempts seen in XPENDING, {again} of them seen delivered again; "
                  f"{confirmed} confirmed events, 0 lost")
+
+
+def _loss_cause(runs: Sequence[Run]) -> str:
+    """What lost the events: the rescuer, when every lost one had failed and waited in the PEL first."""
+    lossy = [r for r in runs if r.result.lost]
+    if lossy and all(r.result.lost_after_failure >= r.result.lost for r in lossy):
+        return ("the rescuer acks failed work: every lost event had failed and waited in the PEL, then was acked "
+                "without a charge (a claimed message whose attempt fails must stay pending for the next rescue): ")
+    return "acked without doing the work: "
 
 
 def check_crash_taken_over(runs: Sequence[Run]) -> Check | None:

@@ -68,6 +68,7 @@ class CellResult:
     dead_lettered: int = 0
     failed_attempts: int = 0
     failed_redelivered: int = 0
+    lost_after_failure: int = 0  # lost events whose entry was first seen failed and pending: acked later, not charged
     redeliveries: int = 0
     downtime_s: float | None = None
     recover_first_charge_s: float | None = None
@@ -150,8 +151,9 @@ def entered_twice(r: CellRecord) -> set[str]:
     return {e for e, ids in charged.items() if len(ids | set(r.stream_entries.get(e, ()))) > 1}
 
 
-def _deliveries(r: CellRecord, res: CellResult, charged_twice: set[str]) -> None:
-    """Failed attempts, redeliveries and duplicate deliveries, from Redis's samples and the ledger.
+def _deliveries(r: CellRecord, res: CellResult, charged_twice: set[str]) -> set[str]:
+    """Failed attempts, redeliveries and duplicate deliveries, from Redis's samples and the ledger;
+    returns the IDs of the entries seen failed (unacknowledged for ``stall_ms`` or more).
 
     An event charged twice was delivered twice, from one entry (its XACK was lost) or from two;
     one delivered from two entries and charged once was absorbed by the dedupe."""
@@ -166,6 +168,7 @@ def _deliveries(r: CellRecord, res: CellResult, charged_twice: set[str]) -> None
     res.duplicate_deliveries = len(again_events | {event_of[m] for m in late | held if m in event_of})
     if r.crash is not None:
         res.crash_held, res.crash_tries = len(r.crash.held_after_kill), r.crash.tries
+    return {m for m, _ in failed}
 
 
 def measure(mode: str, strategy: str, r: CellRecord, worker: str = "") -> CellResult:
@@ -190,7 +193,8 @@ def measure(mode: str, strategy: str, r: CellRecord, worker: str = "") -> CellRe
     res.pending_end, res.lag_end = r.pending_end, r.lag_end
     res.drain_complete = sum(1 for e in r.exits if e.get("drain_logged"))
     res.exits = r.exits
-    _deliveries(r, res, set(dupes))
+    failed_ids = _deliveries(r, res, set(dupes))
+    res.lost_after_failure = sum(1 for e in lost if failed_ids & set(r.stream_entries.get(e, ())))
     if r.acked_not_done is not None:
         res.acked_not_done, res.acked_not_done_ids = len(r.acked_not_done), r.acked_not_done[:SHOWN]
     if r.fault_t is not None:

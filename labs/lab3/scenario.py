@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -37,8 +38,29 @@ log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 30.0
 POLL_S = 0.25
+TAIL_LINES = 5  # of a worker that died at start, shown in the FAIL line
 Notify = Callable[[str, float], None]
 
+
+
+def dead_at_start(cell: Any, lines: int = TAIL_LINES) -> list[str]:
+    """``billing-1 exited at start (exit code 1): <its last output lines>`` for each worker of ``cell`` that died."""
+    return [
+        f"{consumer} exited at start (exit code {proc.poll()}): {log_tail(cell.worker_log(consumer), lines)}"
+        for consumer, proc in cell.workers.items()
+        if proc.poll() is not None
+    ]
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES, max_chars: int = 400) -> str:
+    """The last ``lines`` non-empty lines of a worker's output (stdout and stderr), joined by " | "."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "no output"
+    tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    joined = " | ".join(tail) or "no output"
+    return joined if len(joined) <= max_chars else "..." + joined[-max_chars:]
 
 class LabError(RuntimeError):
     """The lab could not run a phase (workers never started, the topology did not answer)."""
@@ -93,9 +115,8 @@ class Phase:
         expected = per_cell * len(self.cells)
         while time.monotonic() < deadline:
             for cell in self.cells:
-                dead = [f"{c} (exit code {p.poll()})" for c, p in cell.workers.items() if p.poll() is not None]
-                if dead:
-                    raise LabError(f"{cell.name}: {', '.join(dead)} exited at start; see {cell.home}")
+                if dead := dead_at_start(cell):
+                    raise LabError(f"{cell.name}: {'; '.join(dead)}; see {cell.home}")
             consumers = sum(min(per_cell, len(self._consumers(c))) for c in self.cells)
             if consumers >= expected or self._reading_clients() >= expected:
                 return

@@ -111,6 +111,7 @@ class Worker:
         self.attempts = itertools.count(1)
         self.counts = {"processed": 0, "errors": 0, "duplicates": 0, "dead_lettered": 0, "reclaimed": 0}
         self.stopping = False
+        self.stopped_at: float | None = None  # when SIGTERM came: the drain's clock
         self.pool = ThreadPoolExecutor(8)
 
     def work(self, message: Message) -> bool:
@@ -174,6 +175,8 @@ class Worker:
                 self.redis.xack(self.a.stream, self.a.group, msg_id)  # a duplicate: done before, ack it
                 self.counts["duplicates"] += 1
         for (msg_id, fields), ok in zip(todo, self.pool.map(self.work, todo), strict=True):
+            if self.drain_overdue():
+                break  # over the drain budget: the rest is neither charged nor acked, it stays pending
             if ok:
                 self.finish(msg_id, fields)
                 self.counts["processed"] += 1
@@ -198,7 +201,15 @@ class Worker:
         # endregion
 
     def rescue(self) -> None:
-        """Step 2: take over messages idle for ``min_idle_ms`` in anyone's PEL; give up on the hopeless."""
+        """Step 2: take over messages idle for ``min_idle_ms`` in anyone's PEL; give up on the hopeless.
+
+        redis-py's ``xautoclaim(...)`` returns ``[next cursor, [(id, fields), ...], [deleted ids]]``;
+        an entry deleted meanwhile comes back with empty fields. The delivery count of the claimed
+        IDs is ``times_delivered`` in ``xpending_range(stream, group, min=<first id>, max=<last id>,
+        count=<n>, consumername=<this consumer>)``, and it already counts this claim. A claimed
+        message that fails again is NOT acked: it stays pending for the next rescue (a rescuer
+        that acks failed work loses it, whatever the course text's short version does).
+        """
         # region solution: XAUTOCLAIM ... min_idle_ms 0-0 COUNT 100; deliveries from XPENDING; > max_attempts: DLQ
         _, claimed, *_ = self.redis.xautoclaim(self.a.stream, self.a.group, self.a.consumer,
                                                self.a.min_idle_ms, "0-0", count=100)
@@ -222,16 +233,16 @@ class Worker:
 
     def run(self) -> None:
         """Steps 3-5: loop until SIGTERM, survive errors (failover), drain, log ``drain complete``."""
-        # region solution: on SIGTERM/SIGINT set self.stopping; the loop then finishes the batch in hand and exits
-        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
-        signal.signal(signal.SIGINT, lambda *_: setattr(self, "stopping", True))
+        # region solution: on SIGTERM/SIGINT call self.stop(); the loop then finishes the batch in hand and exits
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        signal.signal(signal.SIGINT, lambda *_: self.stop())
         # endregion
         with_group(self.redis, self.a.stream, self.a.group)
         next_rescue = next_metrics = time.monotonic()
         while not self.stopping:
             try:
                 self.handle(self.read())  # the batch in hand finishes, even after SIGTERM: that is the drain
-                if time.monotonic() >= next_rescue:
+                if time.monotonic() >= next_rescue and not self.stopping:  # no reclaiming once stopping
                     next_rescue = time.monotonic() + self.a.claim_interval_ms / 1000
                     self.rescue()
             except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as exc:
@@ -240,8 +251,20 @@ class Worker:
             if time.monotonic() >= next_metrics:
                 next_metrics = time.monotonic() + self.a.metrics_interval_s
                 log.info("metrics %s", " ".join(f"{k}={v}" for k, v in self.counts.items()))
-        self.pool.shutdown(wait=True)
-        log.info("drain complete: %s", " ".join(f"{k}={v}" for k, v in self.counts.items()))
+        over = self.drain_overdue()
+        self.pool.shutdown(wait=not over, cancel_futures=True)
+        left = f" (over --drain-timeout-s {self.a.drain_timeout_s:g}: the rest left pending)" if over else ""
+        log.info("drain complete%s: %s", left, " ".join(f"{k}={v}" for k, v in self.counts.items()))
+
+    def stop(self) -> None:
+        """SIGTERM/SIGINT: stop reading; the batch in hand finishes within ``drain_timeout_s``."""
+        if not self.stopping:
+            self.stopped_at = time.monotonic()
+        self.stopping = True
+
+    def drain_overdue(self) -> bool:
+        """True once the drain has run past ``drain_timeout_s``: what is not finished stays pending."""
+        return self.stopped_at is not None and time.monotonic() - self.stopped_at > self.a.drain_timeout_s
 
 
 def with_group(client: redis.Redis, stream: str, group: str) -> None:

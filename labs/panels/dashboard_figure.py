@@ -25,7 +25,7 @@ from typing import Any
 import ipywidgets as widgets
 from plotly.subplots import make_subplots
 
-from labs.panels.style import FONT_SIZE, MIN_X_SPAN_S, figure_widget, status_html, style_layout
+from labs.panels.style import FONT_SIZE, MIN_X_SPAN_S, figure_widget, keep_for_reload, status_html, style_layout
 
 LIVE_POINTS = 400  # while running, draw the last N samples; stop() redraws them all
 HEIGHT_PX = 600
@@ -125,6 +125,7 @@ class DashboardFigure:
             for i, axis in enumerate((layout.xaxis, layout.xaxis2, layout.xaxis3, layout.xaxis4)):
                 axis.range = x_range
                 (layout.yaxis, layout.yaxis2, layout.yaxis3, layout.yaxis4)[i].range = [0, tops[i]]
+        keep_for_reload(self.figure)
 
     def trace(self, name: str) -> Any:
         """The trace called ``name`` (for tests and asserts)."""

@@ -25,7 +25,7 @@ import ipywidgets as widgets
 from plotly.subplots import make_subplots
 
 from labs.panels.sample import PanelSample
-from labs.panels.style import FONT_SIZE, MIN_X_SPAN_S, figure_widget, status_html, style_layout
+from labs.panels.style import FONT_SIZE, MIN_X_SPAN_S, figure_widget, keep_for_reload, status_html, style_layout
 
 MAX_CONSUMER_TRACES = 8
 MAX_POINTS = 600
@@ -120,6 +120,7 @@ class PanelFigure:
             for trace in self.figure.data:
                 trace.x, trace.y = [], []
         self.show_status("запускается")
+        keep_for_reload(self.figure)
 
     def _status_html(self, text: str) -> str:
         return status_html(self.title, text, font_px=FONT_SIZE + 1)
@@ -156,6 +157,7 @@ class PanelFigure:
                 trace = self.figure.data[index]
                 trace.x, trace.y = xs, pending[index]
             self._set_ranges(xs, [v for ys in pending.values() for v in ys], lags, ages)
+        keep_for_reload(self.figure)
 
     def _set_ranges(
         self, xs: list[float], pending: Sequence[float | None], lags: Sequence[float | None], ages: Sequence[float]

@@ -34,7 +34,7 @@ import ipywidgets as widgets
 
 from labs.panels.figure import PALETTE, short_key
 from labs.panels.monitor import MonitorThread
-from labs.panels.style import FONT_SIZE, MIN_X_SPAN_S, figure_widget, status_html, style_layout
+from labs.panels.style import FONT_SIZE, MIN_X_SPAN_S, figure_widget, keep_for_reload, status_html, style_layout
 from solutions.shards import shard_of
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,7 @@ class ShardChargesPanel(MonitorThread[ShardSample]):
             self.figure.layout.annotations = notes
             self.figure.layout.xaxis.range = [0, max(MIN_X_SPAN_S, xs[-1] if xs else 0.0)]
             self.figure.layout.yaxis.range = [0, max(10.0, top * 1.15)]
+        keep_for_reload(self.figure)
 
     def _show(self, text: str) -> None:
         with contextlib.suppress(Exception):  # a closed comm must not kill the thread

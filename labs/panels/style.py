@@ -8,6 +8,7 @@ starts with the panel's short title in bold. What each panel draws stays in its 
 
 from __future__ import annotations
 
+from copy import deepcopy
 from html import escape
 from typing import Any
 
@@ -23,6 +24,19 @@ def figure_widget(fig: Any) -> Any:
     widget: Any = go.FigureWidget(fig)
     widget._config = dict(CONFIG)
     return widget
+
+
+def keep_for_reload(widget: Any) -> None:
+    """Make the widget's saved state the figure as drawn now, so that a page reload redraws it whole.
+
+    A ``FigureWidget`` sends each draw to the browser as a delta (restyle, relayout); the state a
+    reloaded page builds a new view from (``_widget_data``, ``_widget_layout``) is the figure as it
+    was when the widget was made: empty axes, the first ranges. Setting both after a draw keeps
+    that state current: plotly's browser side ignores their changes in a live view (its
+    ``do_data``/``do_layout`` are no-ops), and a view built after a reload starts from them.
+    """
+    widget._widget_data = deepcopy(widget._data)
+    widget._widget_layout = deepcopy(widget._layout_obj._props)
 
 
 def style_layout(fig: Any, *, height_px: int, margin: dict[str, int], legend: dict[str, Any]) -> None:
