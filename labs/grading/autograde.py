@@ -109,11 +109,20 @@ def _zero(gb: Any, notebook: str, assignment: str, student: str, exercise: str, 
     gb.db.commit()
 
 
+STOPPED = ("CellTimeoutError", "DeadKernelError")
+SANDBOX_DENIED = ("no permissions to run", "DEBUG command not allowed")
+
+
 def _error_text(cell: Any) -> str | None:
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            return ANSI.sub("", f"{output.get('ename', '')}: {output.get('evalue', '')}").strip(": ")
-    return None
+    """The cell's error as one line; a timeout or a dead kernel wins over the interrupt it caused."""
+    errors = [output for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+    if not errors:
+        return None
+    chosen = next((output for output in errors if output.get("ename") in STOPPED), errors[0])
+    text = ANSI.sub("", f"{chosen.get('ename', '')}: {chosen.get('evalue', '')}").strip(": ")
+    if any(marker in text for marker in SANDBOX_DENIED):
+        text += " (в песочнице проверки эта команда запрещена)"
+    return text
 
 
 def _verdict_text(cell: Any) -> str | None:
@@ -143,6 +152,7 @@ def exercise_outcomes(notebook: Any) -> dict[str, Outcome]:
             elif error and not error.startswith("CheckFailed"):
                 errors.setdefault(exercise, f"ячейка проверки: {error}")
         elif (error := _error_text(cell)) is not None:
-            errors.setdefault(exercise, error)
+            where = "ячейка решения" if grade_id.startswith(release.ANSWER_PREFIX) else "ячейка задания"
+            errors.setdefault(exercise, f"{where}: {error}")
     ids = sorted(set(errors) | set(messages))
     return {ex: Outcome(ex, errors.get(ex), messages.get(ex)) for ex in ids}
