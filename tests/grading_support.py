@@ -3,7 +3,8 @@
 Notebook 05's exercises are the cheapest of the workbook (about 2 s together); the course is
 its setup cell and exercises (:func:`labs.grading.course.small_notebook`), built through
 nbgrader once per test module. The class: solved (with the reference ``lab1.py``), untouched,
-one wrong answer, and the bad kinds two per submission (exercises 05.1 and 05.2 spoiled,
+one wrong answer (with a ``lab1.py`` that never returns), a file that is not JSON (with the
+reference ``lab1.py``), and the bad kinds two per submission (exercises 05.1 and 05.2 spoiled,
 05.3 solved), so each submission shows both the zero with its reason and the rest graded.
 """
 
@@ -25,12 +26,11 @@ LIMITS = course.Limits(cell_timeout_s=10, notebook_timeout_s=90, lab_timeout_s=2
 # student -> (kind spoiling 05.1, kind spoiling 05.2); None: solved
 PAIRS: dict[str, tuple[str | None, str | None]] = {
     "solved": (None, None),
-    "wrong": (None, "wrong"),
+    "wrong-lab-never-exits": (None, "wrong"),
     "hang-raise": ("hang", "raise"),
     "flushall-shutdown": ("flushall", "shutdown"),
     "segfault-kernel-death": ("segfault", "kernel-death"),
     "deleted-edited": ("deleted-locked", "edited-locked"),
-    "lab-never-exits": (None, None),
 }
 
 
@@ -54,16 +54,16 @@ def make_submissions(folder: Path, built: course.Course, reference: object) -> N
     demo.write_submission(folder, "invalid-json", NAME, broken)
     shutil.copy2(ROOT / "solutions" / "lab1.py", folder / "solved" / "lab1.py")
     shutil.copy2(ROOT / "solutions" / "lab1.py", folder / "invalid-json" / "lab1.py")
-    (folder / "lab-never-exits" / "lab1.py").write_text(demo.NEVER_EXITS, encoding="utf-8")
+    (folder / "wrong-lab-never-exits" / "lab1.py").write_text(demo.NEVER_EXITS, encoding="utf-8")
 
 
 def grade_class(tmp: Path, jobs: int = 3) -> GradedClass:
     small = course.small_notebook(NOTEBOOK, tmp / "small" / NOTEBOOK.name)
-    built = course.course_for([small], tmp / "course", LIMITS)
+    ctx = grader.forkserver()
+    built = course.course_for([small], tmp / "course", LIMITS, ctx)
     folder = tmp / "submissions"
     make_submissions(folder, built, nbformat.read(str(small), as_version=4))
     subs = submissions.find_submissions(folder, built.notebooks, tmp / "unpacked")
-    ctx = grader.forkserver()
     with ThreadPoolExecutor(jobs) as pool:
         graded = list(pool.map(lambda s: grader.grade_submission(s, built, tmp / "sandboxes", LIMITS, ctx), subs))
     return GradedClass(built, folder, {result.student: result for result in graded})

@@ -51,7 +51,9 @@ def test_an_edited_locked_cell_costs_its_exercise_and_one_outside_exercises_cost
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"cells": 3}', "[]"])
-def test_a_file_that_is_not_a_notebook_is_one_whole_notebook_problem(released: object, tmp_path: Path, text: str) -> None:
+def test_a_file_that_is_not_a_notebook_is_one_whole_notebook_problem(
+    released: object, tmp_path: Path, text: str
+) -> None:
     path = tmp_path / NOTEBOOK.name
     path.write_text(text, encoding="utf-8")
     found = integrity.inspect(path, released)

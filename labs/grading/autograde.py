@@ -61,6 +61,16 @@ def _enter(root: Path, env: dict[str, str], log_name: str) -> None:
     os.dup2(log_file, 2)
 
 
+def generate_child(root: str, assignment: str, env: dict[str, str]) -> None:
+    """Child process: ``nbgrader generate_assignment`` (the gradebook and ``release/``); exit 0 on success."""
+    course = Path(root)
+    _enter(course, env, "generate")
+    result = _load_api(course).generate_assignment(assignment, force=True, create=True)
+    sys.stdout.write(result.get("log", "") + result.get("error", ""))
+    sys.stdout.flush()
+    os._exit(0 if result.get("success") else 1)
+
+
 def autograde_child(root: str, student: str, notebook: str, assignment: str, env: dict[str, str]) -> None:
     """Child process: ``nbgrader autograde`` of ``notebook``; exit 0 on success, 1 with nbgrader's log."""
     course = Path(root)

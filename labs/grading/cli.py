@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import UTC, datetime
+from multiprocessing.context import BaseContext
 from pathlib import Path
 
 import nbformat
@@ -60,25 +61,27 @@ def pick_notebooks(spec: str, source_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     return picked
 
 
-def build(args: argparse.Namespace, work: Path, limits: course.Limits) -> course.Course:
+def build(args: argparse.Namespace, work: Path, limits: course.Limits, ctx: BaseContext) -> course.Course:
     references = pick_notebooks(args.notebooks)
     if args.small:
         references = [course.small_notebook(path, work / "small" / path.name) for path in references]
-    return course.course_for(references, work / "course", limits)
+    return course.course_for(references, work / "course", limits, ctx)
 
 
 def grade_all(subs: Sequence[submissions.Submission], built: course.Course, work: Path, limits: course.Limits,
-              jobs: int, console: Console) -> list[grader.Result]:
-    ctx = grader.forkserver()
+              jobs: int, console: Console, ctx: BaseContext) -> list[grader.Result]:
     results = []
-    columns = (TextColumn("[bold]grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
+    columns = (TextColumn("[bold]grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}"))
     with Progress(*columns, console=console, transient=False) as progress, ThreadPoolExecutor(jobs) as pool:
         task = progress.add_task("", total=len(subs))
-        futures = {pool.submit(grader.grade_submission, sub, built, work / "sandboxes", limits, ctx): sub for sub in subs}
+        futures = {pool.submit(grader.grade_submission, sub, built, work / "sandboxes", limits, ctx): sub
+                   for sub in subs}
         for future in as_completed(futures):
             result = future.result()
             results.append(result)
-            progress.console.print(f"  {result.student}: {result.score:g} / {result.max_score:g} in {result.seconds:.1f} s")
+            progress.console.print(
+                f"  {result.student}: {result.score:g} / {result.max_score:g} in {result.seconds:.1f} s")
             progress.update(task, advance=1, description=result.student)
     return sorted(results, key=lambda r: r.student)
 
@@ -99,7 +102,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         console.print(f"building the course (nbgrader generate_assignment) in {work} ...")
-        built = build(args, work, limits)
+        ctx = grader.forkserver()
+        built = build(args, work, limits, ctx)
         subs = submissions.find_submissions(args.submissions, built.notebooks, work / "unpacked")
         if not subs:
             console.print(f"error: no submissions in {args.submissions}")
@@ -107,7 +111,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         jobs = args.jobs or default_jobs()
         console.print(f"{len(subs)} submission(s), {jobs} at a time; limits: cell {limits.cell_timeout_s} s, "
                       f"notebook {limits.notebook_timeout_s} s, lab {limits.lab_timeout_s} s")
-        results = grade_all(subs, built, work, limits, jobs, console)
+        results = grade_all(subs, built, work, limits, jobs, console, ctx)
         copy_feedback(results, out)
         paths = write_gradebook(results, out)
         summary = write_summary(results, out)
@@ -125,10 +129,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="grading-demo-"))
     try:
         small = course.small_notebook(reference, work / reference.name)
-        released = nbformat.reads(course.student_release(small), as_version=4)
+        released = nbformat.reads(course.student_release(small), as_version=4)  # type: ignore[no-untyped-call]
         kinds = [k for k in args.kinds.split(",") if k]
-        students = demo.make_class(args.folder, small.stem, released, nbformat.read(str(small), as_version=4), kinds,
-                                   args.exercise or _middle_exercise(released), lab1=args.lab1)
+        reference_nb = nbformat.read(str(small), as_version=4)  # type: ignore[no-untyped-call]
+        exercise = args.exercise or _middle_exercise(released)
+        students = demo.make_class(args.folder, small.stem, released, reference_nb, kinds, exercise, lab1=args.lab1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{len(students)} submissions in {args.folder}: {', '.join(students)}")  # noqa: T201
@@ -146,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m labs.grading", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     grade = sub.add_parser("grade", help="grade a folder of submissions (one folder or zip per student)")
-    grade.add_argument("submissions", type=Path, help="<dir>/<student>/[<assignment>/]<notebook>.ipynb, or <student>.zip")
+    grade.add_argument("submissions", type=Path,
+                       help="<dir>/<student>/[<assignment>/]<notebook>.ipynb, or <dir>/<student>.zip")
     grade.add_argument("--notebooks", default="all", help="which notebooks the assignment is: 02,05 or all (default)")
     grade.add_argument("--small", action="store_true", help="grade only each notebook's setup cell and exercises")
     grade.add_argument("--out", type=Path, help="where the gradebook goes (default grades/<timestamp>)")

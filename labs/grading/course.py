@@ -22,6 +22,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ class Course:
 
     def released(self, name: str) -> Any:
         """The notebook ``name`` (no ``.ipynb``) as nbgrader released it."""
-        return nbformat.read(str(self.root / "release" / self.assignment / f"{name}.ipynb"), as_version=4)
+        return nbformat.read(str(self.root / "release" / self.assignment / f"{name}.ipynb"), as_version=4)  # type: ignore[no-untyped-call]
 
     def copy_to(self, target: Path, limits: Limits) -> Course:
         """A copy of this course in ``target`` (gradebook included), its config pointing there."""
@@ -117,15 +118,32 @@ class Course:
         return Course(target, self.notebooks, self.assignment)
 
 
-def build_course(root: Path, released: Sequence[tuple[str, str]], limits: Limits | None = None) -> Course:
-    """A course in ``root`` from ``(name, notebook text)`` pairs, through ``nbgrader generate_assignment``."""
+def build_course(root: Path, released: Sequence[tuple[str, str]], limits: Limits | None = None,
+                 ctx: BaseContext | None = None) -> Course:
+    """A course in ``root`` from ``(name, notebook text)`` pairs, through ``nbgrader generate_assignment``.
+
+    With ``ctx`` (the grader's forkserver, nbgrader already imported) it runs in a forked child;
+    otherwise as ``python -m nbgrader`` (several seconds more: nbgrader's import).
+    """
     limits = limits or Limits()
     source = root / "source" / ASSIGNMENT
     source.mkdir(parents=True, exist_ok=True)
     for name, text in released:
         (source / f"{name}.ipynb").write_text(text, encoding="utf-8")
     (root / CONFIG_NAME).write_text(config_text(root, limits), encoding="utf-8")
-    nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", "--create")
+    if ctx is None:
+        nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", "--create")
+    else:
+        from labs.grading.autograde import generate_child
+
+        env = dict(os.environ)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # nbgrader runs `alembic`
+        proc = ctx.Process(target=generate_child, args=(str(root), ASSIGNMENT, env))  # type: ignore[attr-defined]
+        proc.start()
+        proc.join()
+        if proc.exitcode != 0:
+            log_text = (root / "generate.log").read_text(encoding="utf-8", errors="replace")
+            raise RuntimeError("nbgrader generate_assignment failed:\n" + "\n".join(log_text.splitlines()[-15:]))
     return Course(root, tuple(name for name, _ in released))
 
 
@@ -138,7 +156,7 @@ def student_release(reference: Path) -> str:
 
 def small_notebook(reference: Path, target: Path) -> Path:
     """``reference`` cut to its setup cell and its exercises, written to ``target`` (returned)."""
-    nb = nbformat.read(str(reference), as_version=4)
+    nb = nbformat.read(str(reference), as_version=4)  # type: ignore[no-untyped-call]
     first_code = next(i for i, cell in enumerate(nb.cells) if cell.cell_type == "code")
     keep = {first_code}
     for index, cell in enumerate(nb.cells):
@@ -148,16 +166,17 @@ def small_notebook(reference: Path, target: Path) -> Path:
                 keep.add(index - 1)
     nb.cells = [cell for index, cell in enumerate(nb.cells) if index in keep]
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(target))
+    nbformat.write(nb, str(target))  # type: ignore[no-untyped-call]
     return target
 
 
-def course_for(references: Sequence[Path], root: Path | None = None, limits: Limits | None = None) -> Course:
+def course_for(references: Sequence[Path], root: Path | None = None, limits: Limits | None = None,
+               ctx: BaseContext | None = None) -> Course:
     """A course whose assignment is the student release of each reference notebook."""
     root = root or Path(tempfile.mkdtemp(prefix="grading-course-"))
     released = [(path.stem, student_release(path)) for path in references]
     log.info("building the course in %s from %d notebook(s)", root, len(released))
-    return build_course(root, released, limits)
+    return build_course(root, released, limits, ctx)
 
 
 __all__ = ["ASSIGNMENT", "Course", "Limits", "build_course", "course_for", "release", "small_notebook"]

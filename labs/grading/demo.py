@@ -10,6 +10,7 @@ or the file) of an otherwise solved submission, so the grade shows that only tha
 from __future__ import annotations
 
 import copy
+import functools
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -59,6 +60,10 @@ def spoil_answer(nb: Any, exercise: str, code: str) -> Any:
     return nb
 
 
+def _spoil_with(code: str, nb: Any, exercise: str) -> Any:
+    return spoil_answer(nb, exercise, code)
+
+
 def delete_check(nb: Any, exercise: str) -> Any:
     nb.cells = [cell for cell in nb.cells if cell not in _cells_of(nb, exercise, release.CHECK_PREFIX)]
     return nb
@@ -72,7 +77,7 @@ def edit_check(nb: Any, exercise: str) -> Any:
 
 Spoiler = Callable[[Any, str], Any]
 SPOILERS: dict[str, Spoiler] = {
-    **{kind: (lambda code: lambda nb, ex: spoil_answer(nb, ex, code))(code) for kind, code in BAD_CODE.items()},
+    **{kind: functools.partial(_spoil_with, code) for kind, code in BAD_CODE.items()},
     "deleted-locked": delete_check,
     "edited-locked": edit_check,
 }
@@ -87,7 +92,7 @@ def write_submission(folder: Path, student: str, notebook_name: str, nb: Any | s
     if isinstance(nb, str):
         target.write_text(nb, encoding="utf-8")
     else:
-        nbformat.write(nb, str(target))
+        nbformat.write(nb, str(target))  # type: ignore[no-untyped-call]
     return target
 
 

@@ -10,6 +10,7 @@ the feedback (:mod:`labs.grading.autograde`), runs the labs the submission inclu
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import time
@@ -18,8 +19,6 @@ from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
-
-import json
 
 import nbformat
 
@@ -68,7 +67,7 @@ class Result:
 def forkserver() -> BaseContext:
     """A forkserver that has imported nbgrader once: each child starts in milliseconds, not seconds."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["labs.grading.autograde", "nbgrader.apps", "nbgrader.api"])  # type: ignore[attr-defined]
+    ctx.set_forkserver_preload(["labs.grading.autograde", "nbgrader.apps", "nbgrader.api"])
     return ctx
 
 
@@ -136,7 +135,7 @@ class _Grading:
             self.whole[name] = "nbgrader не смог оценить ноутбук (см. autograde-*.log в рабочем каталоге)"
         else:
             graded = self.course.root / "autograded" / self.sub.student / self.course.assignment / f"{name}.ipynb"
-            self.outcomes[name] = autograde.exercise_outcomes(nbformat.read(str(graded), as_version=4))
+            self.outcomes[name] = autograde.exercise_outcomes(nbformat.read(str(graded), as_version=4))  # type: ignore[no-untyped-call]
             for exercise, outcome in self.outcomes[name].items():
                 if outcome.error and not (outcome.message or "").startswith("✓"):
                     self.zeros.setdefault(name, {}).setdefault(exercise, outcome.error)
@@ -160,12 +159,14 @@ class _Grading:
             if name in self.whole or name not in grades["notebooks"]:
                 reason = self.whole.get(name, "нет оценок в журнале nbgrader")
                 for exercise in _checks_of(self.course.released(name)):
-                    self.result.lines.append(Line(self.sub.student, name, exercise, 0.0, release.POINTS_PER_CHECK, reason))
+                    self.result.lines.append(
+                        Line(self.sub.student, name, exercise, 0.0, release.POINTS_PER_CHECK, reason))
                 continue
             for grade_id, (score, max_score) in sorted(grades["notebooks"][name].items()):
-                exercise = release.exercise_of(grade_id)
-                if not grade_id.startswith(release.CHECK_PREFIX) or exercise is None:
+                found = release.exercise_of(grade_id)
+                if not grade_id.startswith(release.CHECK_PREFIX) or found is None:
                     continue
+                exercise = found
                 outcome = self.outcomes.get(name, {}).get(exercise)
                 message = (outcome.message if outcome else None) or ""
                 reason = "" if score >= max_score else (
@@ -178,7 +179,8 @@ class _Grading:
         if self.sub.lab1 is not None:
             found.append(("lab1", labs_checks.lab1_command(self.sub.lab1, self.box.redis_url), env))
         if self.sub.lab3 is not None:
-            found.append(("lab3", labs_checks.lab3_command(self.sub.lab3), labs_checks.lab3_env(env, self.box.root / "lab3")))
+            lab3_env = labs_checks.lab3_env(env, self.box.root / "lab3")
+            found.append(("lab3", labs_checks.lab3_command(self.sub.lab3), lab3_env))
         for lab, command, lab_env in found:
             checks = labs_checks.run_checker(lab, command, env=lab_env, cwd=self.sub.root,
                                              timeout_s=self.limits.lab_timeout_s,

@@ -65,7 +65,7 @@ def read_submitted(path: Path) -> tuple[Any | None, str | None]:
     if not isinstance(raw, dict) or raw.get("nbformat") != 4 or not isinstance(raw.get("cells"), list):
         return None, f"файл {path.name} — не ноутбук Jupyter (nbformat 4): ноутбук не оценён"
     try:
-        return nbformat.reads(json.dumps(raw), as_version=4), None
+        return nbformat.reads(json.dumps(raw), as_version=4), None  # type: ignore[no-untyped-call]
     except Exception as exc:  # nbformat's own errors vary by version: any is "not a notebook"
         return None, f"файл {path.name} не читается как ноутбук ({type(exc).__name__}: {exc})"
 
@@ -114,7 +114,7 @@ def _restored(cells: list[Any], released: list[Any], present: set[str]) -> list[
         grade_id = _grade_id(cell)
         if not grade_id or grade_id in present or not _is_locked(cell):
             continue
-        restored = nbformat.from_dict(json.loads(json.dumps(cell)))
+        restored = nbformat.from_dict(json.loads(json.dumps(cell)))  # type: ignore[no-untyped-call]
         before = {_grade_id(c) for c in released[:index]}
         position = max((i + 1 for i, c in enumerate(out) if _grade_id(c) in before), default=0)
         out.insert(position, restored)
@@ -127,4 +127,4 @@ def write(inspection: Inspection, target: Path) -> None:
     if inspection.notebook is None:
         raise ValueError("an unreadable notebook cannot be written")
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(inspection.notebook, str(target))
+    nbformat.write(inspection.notebook, str(target))  # type: ignore[no-untyped-call]

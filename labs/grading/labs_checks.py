@@ -75,7 +75,7 @@ def run_checker(lab: str, command: list[str], *, env: dict[str, str], cwd: Path,
                 on_timeout: Callable[[], object]) -> list[LabCheck]:
     """Run a lab checker; its checks, or one zero check with the reason when it hung or printed none."""
     env = {**env, "NO_COLOR": "1", "COLUMNS": "240", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,  # noqa: S603
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=timeout_s)
@@ -88,5 +88,6 @@ def run_checker(lab: str, command: list[str], *, env: dict[str, str], cwd: Path,
     checks = parse(lab, output)
     if not checks:
         tail = " | ".join(output.strip().splitlines()[-3:])
-        return [LabCheck(lab, "checker ran", False, f"проверка не выдала ни одного PASS/FAIL (код {proc.returncode}): {tail}")]
+        reason = f"проверка не выдала ни одного PASS/FAIL (код {proc.returncode}): {tail}"
+        return [LabCheck(lab, "checker ran", False, reason)]
     return checks

@@ -95,8 +95,8 @@ def graded(student: Any, reference: Any) -> Any:
 
 def graded_text(text: str, reference_path: Path) -> str:
     """:func:`graded` on the text of an edition notebook; the reference is read from ``reference_path``."""
-    student = nbformat.reads(text, as_version=4)
-    reference = nbformat.read(str(reference_path), as_version=4)
+    student = nbformat.reads(text, as_version=4)  # type: ignore[no-untyped-call]
+    reference = nbformat.read(str(reference_path), as_version=4)  # type: ignore[no-untyped-call]
     return str(nbformat.writes(graded(student, reference)))  # type: ignore[no-untyped-call]
 
 

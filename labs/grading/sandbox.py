@@ -106,7 +106,7 @@ class Sandbox:
         self.port = ports.free_ports(1, ports.session_port_window())[0]
         conf = data_dir / "redis.conf"
         conf.write_text(redis_conf(self.port, data_dir), encoding="utf-8")
-        self._redis = subprocess.Popen(  # noqa: S603 (our own binary and config)
+        self._redis = subprocess.Popen(
             [binaries.require("redis-server"), str(conf)], env=self.env(), start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )

@@ -27,11 +27,12 @@ def _exercise_rows(results: Sequence[Result]) -> str:
     rows = []
     for stat in item_stats(results):
         css = "bad" if stat.failed else "good"
+        times = f" (×{stat.top_reason_count})" if stat.top_reason_count else ""
         rows.append(
             f"<tr class='exercise' data-item='{html.escape(stat.item)}'><td>{html.escape(stat.part)}</td>"
             f"<td>{html.escape(stat.item)}</td><td class='{css}'>{stat.failed} / {stat.graded}</td>"
             f"<td>{stat.mean_score:.2f} / {stat.max_score:g}</td>"
-            f"<td>{html.escape(stat.top_reason)}{f' (×{stat.top_reason_count})' if stat.top_reason_count else ''}</td></tr>"
+            f"<td>{html.escape(stat.top_reason)}{times}</td></tr>"
         )
     return "".join(rows)
 
@@ -40,13 +41,16 @@ def _student_rows(results: Sequence[Result], out_dir: Path) -> str:
     rows = []
     for result in results:
         lost = "<br>".join(
-            f"{html.escape(line.item)}: {html.escape(line.reason)}" for line in result.lines if line.score < line.max_score
+            f"{html.escape(line.item)}: {html.escape(line.reason)}"
+            for line in result.lines if line.score < line.max_score
         )
         links = " ".join(
-            f"<a href='{html.escape(os.path.relpath(path, out_dir))}'>{html.escape(path.stem)}</a>" for path in result.feedback
+            f"<a href='{html.escape(os.path.relpath(path, out_dir))}'>{html.escape(path.stem)}</a>"
+            for path in result.feedback
         )
         rows.append(
-            f"<tr class='student'><td>{html.escape(result.student)}</td><td>{result.score:g} / {result.max_score:g}</td>"
+            f"<tr class='student'><td>{html.escape(result.student)}</td>"
+            f"<td>{result.score:g} / {result.max_score:g}</td>"
             f"<td>{result.seconds:.1f} с</td><td>{lost or '—'}</td><td>{links or '—'}</td></tr>"
         )
     return "".join(rows)
