@@ -125,3 +125,23 @@ def test_gradebook_and_summary_rank_the_most_failed_exercise_first(graded: Grade
     assert (stats[0].part, stats[0].item) == (grading_support.NAME, "05.2")  # spoiled in most submissions
     page = summary.write_summary(results, tmp_path).read_text(encoding="utf-8")
     assert page.index("05.2") < page.index("05.3") and "пока не определен" in page
+
+
+def test_a_feedback_page_renders_in_chromium_with_the_message_visible(graded: GradedClass) -> None:
+    import browser_support
+    from require_support import skip_area
+
+    if reason := browser_support.chromium_skip_reason():
+        skip_area("browser", reason)
+    (page_path,) = graded.results["segfault-kernel-death"].feedback
+    shot = browser_support.screens_dir() / "grading-feedback.png"
+    with tempfile.TemporaryDirectory(prefix="grading-chromium-") as profile, \
+            browser_support.chromium_context(Path(profile)) as context:
+        page = context.new_page()
+        page.goto(page_path.as_uri())
+        assert page.get_by_text("(Score: 1.0 / 3.0)").first.is_visible()
+        reason = page.get_by_text("Причина: ячейка решения: DeadKernelError").first
+        reason.scroll_into_view_if_needed()
+        assert reason.is_visible()
+        page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
