@@ -4,9 +4,10 @@ nbgrader 0.9 runs a notebook in one kernel; when it dies (``os._exit``, a segfau
 killer) nbclient raises ``DeadKernelError`` and nbgrader drops the whole notebook. A
 notebook's exercises each need only the setup cell and their own cells
 (``notebooks/CONVENTIONS.md``), so :class:`ResilientExecute` records the death as an error
-output on the cell that caused it (:data:`DEAD_KERNEL`, a reason the feedback shows), starts a
-fresh kernel, re-runs a copy of the first code cell (the setup: ``r``, ``P``, ``REDIS_URL``)
-and goes on with the next cell. Everything else is nbgrader's: timeouts interrupt the cell
+output on the cell that caused it (:data:`DEAD_KERNEL`, a reason the feedback shows), marks the
+rest of that exercise's cells (its check included) as not run, starts a fresh kernel, re-runs a
+copy of the first code cell (the setup: ``r``, ``P``, ``REDIS_URL``) and goes on with the next
+exercise. Everything else is nbgrader's: timeouts interrupt the cell
 (``interrupt_on_timeout``), errors are allowed, scores come from the outputs.
 """
 
@@ -34,6 +35,16 @@ def dead_kernel_output(index: int) -> Any:
         ename=DEAD_KERNEL,
         evalue=f"ядро Python умерло во время ячейки {index}: её результат потерян, дальше — новое ядро",
         traceback=[f"{DEAD_KERNEL}: ядро умерло (ячейка {index}); следующие ячейки выполнены в новом ядре"],
+    )
+
+
+def not_run_output(dead_index: int) -> Any:
+    """The error output of a cell of the same exercise after the dead one: not run, so no points."""
+    return new_output(  # type: ignore[no-untyped-call]
+        "error",
+        ename=DEAD_KERNEL,
+        evalue=f"не выполнена: ядро умерло в ячейке {dead_index} этого задания",
+        traceback=[f"{DEAD_KERNEL}: не выполнена (ядро умерло в ячейке {dead_index} этого задания)"],
     )
 
 
@@ -66,8 +77,19 @@ class ResilientExecute(Execute):  # type: ignore[misc]
                 except DeadKernelError:
                     log.warning("the kernel died in cell %d; going on in a new kernel", index)
                     self.nb.cells[index].setdefault("outputs", []).append(dead_kernel_output(index))
-                    return index + 1
+                    return self._skip_rest_of_exercise(index)
         return None
+
+    def _skip_rest_of_exercise(self, index: int) -> int:
+        """Mark the dead cell's exercise's later code cells as not run; the index of the next exercise's first."""
+        exercise = self.nb.cells[index].get("metadata", {}).get("exercise")
+        resume = index + 1
+        while exercise and resume < len(self.nb.cells) and self.nb.cells[resume].metadata.get("exercise") == exercise:
+            cell = self.nb.cells[resume]
+            if cell.cell_type == "code":
+                cell.outputs = [not_run_output(index)]
+            resume += 1
+        return resume
 
     def _replay_setup(self, setup_index: int) -> None:
         """Run a copy of the setup cell in the new kernel (the notebook keeps the first run's outputs)."""
