@@ -187,7 +187,7 @@ class _Grading:
                                              on_timeout=lambda: self.box.kill_all(keep_redis=True))
             self.box.kill_all(keep_redis=True)
             for check in checks:
-                self.result.lines.append(Line(self.sub.student, lab, check.name, check.score, 1.0,
+                self.result.lines.append(Line(self.sub.student, lab, check.name, check.score, check.max_score,
                                               "" if check.passed else check.detail, check.detail))
 
 

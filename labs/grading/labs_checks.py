@@ -4,7 +4,9 @@ A submission that includes ``lab1.py`` (any file named ``*lab1*.py``) gets lab 1
 (``python -m labs.lab1.check --impl <file> --redis-url <the sandbox's Redis>``); one with
 ``lab3_worker.py`` gets lab 3's (``python -m labs.lab3.check --worker "python lab3_worker.py"``)
 on a Sentinel topology of the sandbox's own (``LAB_RUN_DIR`` and ports of its own). Each
-``PASS``/``FAIL`` line of the checker is one point. A checker that outlives its limit (a lab
+``PASS``/``FAIL`` line of the checker is one line of the gradebook, and a lab is worth
+:data:`LAB_POINTS` whatever the number of its checks (each check ``LAB_POINTS / n``), so a lab
+whose checker never got to its checks weighs the same as one that failed them. A checker that outlives its limit (a lab
 worker that never exits, an implementation that blocks forever) is killed with everything it
 started, and every check of that lab gets zero with the reason.
 """
@@ -20,6 +22,8 @@ from pathlib import Path
 
 from labs.launcher import ports
 
+LAB_POINTS = 5.0
+RANDOM_PREFIX = re.compile(r"\b\w+check:[0-9a-f]{6,}:")  # the checker's own key prefix, random per run
 LINE = re.compile(r"^(?P<verdict>PASS|FAIL)\s+(?P<name>.+?)\s*$")
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,10 +36,11 @@ class LabCheck:
     name: str
     passed: bool
     detail: str
+    max_score: float = LAB_POINTS
 
     @property
     def score(self) -> float:
-        return 1.0 if self.passed else 0.0
+        return self.max_score if self.passed else 0.0
 
 
 def parse(lab: str, output: str) -> list[LabCheck]:
@@ -46,8 +51,9 @@ def parse(lab: str, output: str) -> list[LabCheck]:
         match = LINE.match(line)
         if match:
             detail = lines[index + 1].strip() if index + 1 < len(lines) and lines[index + 1].startswith(" ") else ""
-            found.append(LabCheck(lab, match["name"], match["verdict"] == "PASS", detail))
-    return found
+            name = RANDOM_PREFIX.sub("", match["name"])
+            found.append(LabCheck(lab, name, match["verdict"] == "PASS", detail))
+    return [LabCheck(c.lab, c.name, c.passed, c.detail, LAB_POINTS / len(found)) for c in found]
 
 
 def lab1_command(impl: Path, redis_url: str) -> list[str]:
