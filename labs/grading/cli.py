@@ -150,7 +150,15 @@ def _middle_exercise(released: object) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m labs.grading", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    grade = sub.add_parser("grade", help="grade a folder of submissions (one folder or zip per student)")
+    grade = sub.add_parser(
+        "grade", help="grade a folder of submissions (one folder or zip per student)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Grade every submission in a folder with nbgrader's autograde, each in a sandbox of its own\n"
+        "(its own redis-server, FLUSHALL/SHUTDOWN/DEBUG refused, every process killed afterwards).",
+        epilog="writes into --out: students.csv, exercises.csv, lines.csv, summary.html and\n"
+        "feedback/<student>/<notebook>.html (nbgrader's generate_feedback, the Russian check messages in it).\n"
+        "example: python -m labs.grading grade ~/class/week5 --notebooks 02,05 --jobs 2",
+    )
     grade.add_argument("submissions", type=Path,
                        help="<dir>/<student>/[<assignment>/]<notebook>.ipynb, or <dir>/<student>.zip")
     grade.add_argument("--notebooks", default="all", help="which notebooks the assignment is: 02,05 or all (default)")

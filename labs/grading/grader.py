@@ -109,7 +109,7 @@ class _Grading:
         for name in self.course.notebooks:
             path = self.sub.notebooks.get(name)
             if path is None:
-                self.whole[name] = f"ноутбук {name}.ipynb не сдан"
+                self.whole[name] = self.sub.problem or f"ноутбук {name}.ipynb не сдан"
                 continue
             inspection = integrity.inspect(path, self.course.released(name))
             if not inspection.readable:

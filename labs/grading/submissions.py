@@ -3,7 +3,8 @@
 - nbgrader's own: ``<dir>/<student>/<assignment>/<notebook>.ipynb`` (``submitted/`` after ``nbgrader collect``);
 - nbgrader's exchange inbound: ``<dir>/<student>+<assignment>+<timestamp>/...``;
 - a plain download: ``<dir>/<student>/<notebook>.ipynb`` (files at any depth below the student's folder);
-- a zip per student: ``<dir>/<student>.zip`` (unpacked into the work directory, no path may leave it).
+- a zip per student: ``<dir>/<student>.zip`` (unpacked into the work directory; an archive that is
+  not a zip or has a member that would land outside it is that student's zero, not the run's end).
 
 A notebook is recognised by its file name (the release's); the labs by ``*lab1*.py`` and
 ``lab3_worker.py``. Hidden files and ``.ipynb_checkpoints`` are ignored.
@@ -26,6 +27,7 @@ class Submission:
     notebooks: dict[str, Path] = field(default_factory=dict)
     lab1: Path | None = None
     lab3: Path | None = None
+    problem: str | None = None
 
 
 def student_id(folder_name: str) -> str:
@@ -74,7 +76,11 @@ def find_submissions(folder: Path, notebook_names: Sequence[str], unpack_dir: Pa
             continue
         if entry.is_file() and entry.suffix == ".zip":
             student = student_id(entry.stem)
-            found[student] = read_submission(student, unpack(entry, unpack_dir / student), notebook_names)
+            try:
+                found[student] = read_submission(student, unpack(entry, unpack_dir / student), notebook_names)
+            except (ValueError, zipfile.BadZipFile) as exc:  # one bad archive costs its student, not the run
+                problem = f"архив {entry.name} не принят: {exc}"
+                found[student] = Submission(student, unpack_dir / student, problem=problem)
         elif entry.is_dir():
             student = student_id(entry.name)
             found[student] = read_submission(student, entry, notebook_names)
