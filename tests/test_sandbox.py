@@ -18,6 +18,9 @@ pytestmark = pytest.mark.timeout(60)
 def test_two_sandboxes_have_their_own_redis_and_refuse_flushall_shutdown_debug(tmp_path: Path) -> None:
     with Sandbox(tmp_path / "a") as a, Sandbox(tmp_path / "b") as b:
         assert a.port != b.port
+        env_a, env_b = a.env(), b.env()
+        for var in ("LAB_RUN_DIR", "LAB_SENTINEL_MASTER_PORT", "LAB_CLUSTER_PORTS", "TMPDIR", "REDIS_URL"):
+            assert env_a[var] != env_b[var], var  # a notebook's own topologies never meet the other's
         ra, rb = redis.Redis.from_url(a.redis_url), redis.Redis.from_url(b.redis_url)
         rb.set("kept", "1")
         for command in (("FLUSHALL",), ("FLUSHDB",), ("SHUTDOWN", "NOSAVE"), ("DEBUG", "SEGFAULT"),

@@ -20,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from labs.launcher import ports
-
 LAB_POINTS = 5.0
 RANDOM_PREFIX = re.compile(r"\b\w+check:[0-9a-f]{6,}:")  # the checker's own key prefix, random per run
 LINE = re.compile(r"^(?P<verdict>PASS|FAIL)\s+(?P<name>.+?)\s*$")
@@ -65,16 +63,8 @@ def lab3_command(worker: Path) -> list[str]:
 
 
 def lab3_env(env: dict[str, str], run_dir: Path) -> dict[str, str]:
-    """The sandbox's environment plus a Sentinel topology of its own (run dir and ports)."""
-    master, replica, *sentinels = ports.free_ports(5, ports.session_port_window())
-    return {
-        **env,
-        "LAB_RUN_DIR": str(run_dir),
-        "LAB_REPORTS_DIR": str(run_dir / "reports"),
-        "LAB_SENTINEL_MASTER_PORT": str(master),
-        "LAB_SENTINEL_REPLICA_PORT": str(replica),
-        "LAB_SENTINEL_PORTS": ",".join(map(str, sentinels)),
-    }
+    """The sandbox's environment (its Sentinel ports: :meth:`Sandbox.pick_lab_ports`), lab 3's own run dir."""
+    return {**env, "LAB_RUN_DIR": str(run_dir), "LAB_REPORTS_DIR": str(run_dir / "reports")}
 
 
 def run_checker(lab: str, command: list[str], *, env: dict[str, str], cwd: Path, timeout_s: float,

@@ -10,7 +10,8 @@ submission's Redis alone.
 Every process started for the submission (nbgrader, its kernel, the Redis servers an
 experiment starts in its own session, a lab worker) inherits :data:`TAG_VAR`; :meth:`Sandbox.kill_all`
 finds them by that variable in ``/proc/<pid>/environ`` and kills them, so nothing outlives the
-grading of a submission, whichever session it moved to.
+grading of a submission, whichever session it moved to. The launcher's own topologies (a
+notebook's Sentinel or cluster, lab 3's) get ports and a run directory of the sandbox's own.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ TAG_VAR = "LABS_GRADING_SANDBOX"
 DENIED = ("flushall", "flushdb", "shutdown", "debug", "replicaof", "slaveof", "migrate", "module", "failover",
           "monitor", "sync", "psync")
 START_TIMEOUT_S = 10.0
+EXPORTER_SLOTS = 16  # one exporter port per node of every topology, as the test session picks them
 
 
 def redis_conf(port: int, data_dir: Path) -> str:
@@ -76,6 +78,7 @@ class Sandbox:
         self.tag = f"{root.name}-{uuid.uuid4().hex[:8]}"
         self.port = 0
         self._redis: subprocess.Popen[bytes] | None = None
+        self._lab_env: dict[str, str] = {}
 
     @property
     def redis_url(self) -> str:
@@ -95,9 +98,23 @@ class Sandbox:
                 "JUPYTER_RUNTIME_DIR": str(self.root / "runtime"),
                 "IPYTHONDIR": str(self.root / "ipython"),
                 "MPLCONFIGDIR": str(tmp),
+                **self._lab_env,
             }
         )
         return env
+
+    def pick_lab_ports(self) -> None:
+        """The launcher's topologies (a notebook's Sentinel, cluster, monitoring) on ports and a run dir of
+        the sandbox's own, so two submissions' experiments never meet (``labs.launcher.ports`` variables)."""
+        singles = (ports.SINGLE_PORT_VAR, ports.AOF_PORT_VAR, ports.MASTER_PORT_VAR, ports.REPLICA_PORT_VAR,
+                   ports.PROMETHEUS_PORT_VAR)
+        picked = ports.free_ports(len(singles) + 3 + EXPORTER_SLOTS, ports.session_port_window())
+        self._lab_env = dict(zip(singles, map(str, picked), strict=False))
+        self._lab_env[ports.SENTINEL_PORTS_VAR] = ",".join(map(str, picked[len(singles) : len(singles) + 3]))
+        self._lab_env[ports.EXPORTER_PORTS_VAR] = ",".join(map(str, picked[len(singles) + 3 :]))
+        self._lab_env[ports.CLUSTER_PORTS_VAR] = ",".join(map(str, ports.free_cluster_ports(6)))
+        self._lab_env["LAB_RUN_DIR"] = str(self.root / "run")
+        self._lab_env["LAB_REPORTS_DIR"] = str(self.root / "reports")
 
     def start_redis(self) -> None:
         """Start the sandbox's ``redis-server`` and wait until it answers PING."""
@@ -147,6 +164,7 @@ class Sandbox:
     def __enter__(self) -> Sandbox:
         self.root.mkdir(parents=True, exist_ok=True)
         self.start_redis()
+        self.pick_lab_ports()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
