@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +24,11 @@ STYLE = (
 )
 
 
+def _text(text: str) -> str:
+    """Escaped, with the checks' `backticked` names as <code> (as the notebook shows them)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def _exercise_rows(results: Sequence[Result]) -> str:
     rows = []
     for stat in item_stats(results):
@@ -32,7 +38,7 @@ def _exercise_rows(results: Sequence[Result]) -> str:
             f"<tr class='exercise' data-item='{html.escape(stat.item)}'><td>{html.escape(stat.part)}</td>"
             f"<td>{html.escape(stat.item)}</td><td class='{css}'>{stat.failed} / {stat.graded}</td>"
             f"<td>{stat.mean_score:.2f} / {stat.max_score:g}</td>"
-            f"<td>{html.escape(stat.top_reason)}{times}</td></tr>"
+            f"<td>{_text(stat.top_reason)}{times}</td></tr>"
         )
     return "".join(rows)
 
@@ -41,7 +47,7 @@ def _student_rows(results: Sequence[Result], out_dir: Path) -> str:
     rows = []
     for result in results:
         lost = "<br>".join(
-            f"{html.escape(line.item)}: {html.escape(line.reason)}"
+            f"{html.escape(line.item)}: {_text(line.reason)}"
             for line in result.lines if line.score < line.max_score
         )
         links = " ".join(
