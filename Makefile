@@ -112,6 +112,12 @@ lab-3: setup ## lab 3: three workers, normal / crash / failover / SIGTERM x dedu
 check-lab-3: setup ## lab 3's checks against your worker (~2 min): make check-lab-3 WORKER="./billing-worker"
 	@$(PY) -m labs.lab3.check $(if $(WORKER),--worker '$(WORKER)') $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(LAB3_ARGS)
 
+.PHONY: grade
+grade: setup ## grade a folder of submissions with nbgrader: make grade SUBMISSIONS=dir (GRADE_NOTEBOOKS=02,05 SMALL=1 JOBS=2 OUT=dir)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder: one folder or .zip per student> (python -m labs.grading grade --help)"; exit 2; }
+	@$(PY) -m labs.grading grade '$(SUBMISSIONS)' --notebooks $(or $(GRADE_NOTEBOOKS),all) $(if $(SMALL),--small) \
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out '$(OUT)') $(GRADE_ARGS)
+
 kit: setup ## regenerate the student starters from solutions/
 	@$(PY) -m labs.kit --write
 

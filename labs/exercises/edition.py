@@ -39,6 +39,8 @@ from nbconvert.exporters import NotebookExporter
 from nbconvert.preprocessors import ClearOutputPreprocessor, Preprocessor
 from traitlets.config import Config
 
+from labs.grading.release import graded_text
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "notebooks"
 STUDENT_DIR = ROOT / "student" / "notebooks"
@@ -163,7 +165,7 @@ def student_text(notebook: Path, exporter: NotebookExporter | None = None) -> st
     """The student edition of one notebook, as the text of an ``.ipynb`` file."""
     exporter = exporter or _exporter()
     body, _ = exporter.from_filename(str(notebook), resources={"metadata": {"name": notebook.stem}})
-    return str(body)
+    return graded_text(str(body), notebook)  # nbgrader metadata for autograde: labs/grading/release.py
 
 
 @dataclass(frozen=True)

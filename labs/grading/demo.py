@@ -1,0 +1,123 @@
+"""Submissions made from the reference and the release: a class to grade in a demo or a test.
+
+:func:`solved` fills each answer cell of the release with the reference's solution (markers
+dropped), as a student who got everything right would hand it in; :func:`make_class` writes
+a folder of such submissions, one per :data:`KINDS` entry, in nbgrader's layout
+(``<student>/<assignment>/<notebook>.ipynb``). Each bad kind spoils one exercise (or the lab,
+or the file) of an otherwise solved submission, so the grade shows that only that part lost.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from labs.grading import release
+
+ROOT = Path(__file__).resolve().parents[2]
+MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+BAD_CODE = {
+    "hang": "import time\nwhile True:\n    time.sleep(0.1)",
+    "raise": 'raise RuntimeError("the student\'s own bug")',
+    "flushall": "r.flushall()",
+    "shutdown": "r.shutdown(nosave=True)",
+    "segfault": 'r.execute_command("DEBUG", "SEGFAULT")',
+    "kernel-death": "import os\nos._exit(1)",
+    "wrong": "pass  # a wrong answer: nothing computed",
+}
+NEVER_EXITS = "import time\n\nwhile True:  # a lab implementation that never returns control\n    time.sleep(1)\n"
+
+
+def _solution_source(source: str) -> str:
+    return "\n".join(line for line in source.splitlines() if line.strip() not in MARKERS)
+
+
+def solved(released: Any, reference: Any) -> Any:
+    """The release with every answer cell holding the reference's solution."""
+    nb = copy.deepcopy(released)
+    by_id = {cell.get("id"): cell for cell in reference.cells}
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution") and cell.get("id") in by_id:
+            cell.source = _solution_source(by_id[cell["id"]].source)
+    return nb
+
+
+def _cells_of(nb: Any, exercise: str, prefix: str) -> list[Any]:
+    target = prefix + release.safe_id(exercise)
+    return [cell for cell in nb.cells if cell.metadata.get("nbgrader", {}).get("grade_id") == target]
+
+
+def spoil_answer(nb: Any, exercise: str, code: str) -> Any:
+    """``nb`` with the answer cell of ``exercise`` replaced by ``code``."""
+    for cell in _cells_of(nb, exercise, release.ANSWER_PREFIX):
+        cell.source = code
+    return nb
+
+
+def _spoil_with(code: str, nb: Any, exercise: str) -> Any:
+    return spoil_answer(nb, exercise, code)
+
+
+def delete_check(nb: Any, exercise: str) -> Any:
+    nb.cells = [cell for cell in nb.cells if cell not in _cells_of(nb, exercise, release.CHECK_PREFIX)]
+    return nb
+
+
+def edit_check(nb: Any, exercise: str) -> Any:
+    for cell in _cells_of(nb, exercise, release.CHECK_PREFIX):
+        cell.source = 'print("проверка пройдена")  # the check replaced by the student'
+    return nb
+
+
+Spoiler = Callable[[Any, str], Any]
+SPOILERS: dict[str, Spoiler] = {
+    **{kind: functools.partial(_spoil_with, code) for kind, code in BAD_CODE.items()},
+    "deleted-locked": delete_check,
+    "edited-locked": edit_check,
+}
+KINDS = ("solved", "untouched", *SPOILERS, "invalid-json", "lab-never-exits")
+
+
+def write_submission(folder: Path, student: str, notebook_name: str, nb: Any | str,
+                     assignment: str = "workbook") -> Path:
+    """Write one student's notebook (a notebook, or raw text for a broken file) in nbgrader's layout."""
+    target = folder / student / assignment / f"{notebook_name}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(nb, str):
+        target.write_text(nb, encoding="utf-8")
+    else:
+        nbformat.write(nb, str(target))  # type: ignore[no-untyped-call]
+    return target
+
+
+def make_class(folder: Path, notebook_name: str, released: Any, reference: Any, kinds: Sequence[str],
+               exercise: str, *, lab1: bool = False) -> dict[str, str]:
+    """One submission per kind in ``folder`` (student ``NN-<kind>``); the kind spoils ``exercise``.
+
+    With ``lab1`` the solved submission carries the reference ``lab1.py`` and ``lab-never-exits``
+    one that never returns. Returns student id -> kind.
+    """
+    students = {}
+    for index, kind in enumerate(kinds):
+        student = f"s{index:02d}-{kind}"
+        students[student] = kind
+        if kind == "untouched":
+            content: Any = copy.deepcopy(released)
+        elif kind == "invalid-json":
+            content = nbformat.writes(solved(released, reference))[:-200]  # type: ignore[no-untyped-call]
+        else:
+            content = solved(released, reference)
+            if kind in SPOILERS:
+                content = SPOILERS[kind](content, exercise)
+        write_submission(folder, student, notebook_name, content)
+        if lab1 and kind in ("solved", "invalid-json"):
+            shutil.copy2(ROOT / "solutions" / "lab1.py", folder / student / "lab1.py")
+        if lab1 and kind == "lab-never-exits":
+            (folder / student / "lab1.py").write_text(NEVER_EXITS, encoding="utf-8")
+    return students

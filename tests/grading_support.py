@@ -1,0 +1,69 @@
+"""One graded class for the grading tests: the small notebook 05, submissions made from it, graded once.
+
+Notebook 05's exercises are the cheapest of the workbook (about 2 s together); the course is
+its setup cell and exercises (:func:`labs.grading.course.small_notebook`), built through
+nbgrader once per test module. The class: solved (with the reference ``lab1.py``), untouched,
+one wrong answer (with a ``lab1.py`` that never returns), a file that is not JSON (with the
+reference ``lab1.py``), and the bad kinds two per submission (exercises 05.1 and 05.2 spoiled,
+05.3 solved), so each submission shows both the zero with its reason and the rest graded.
+"""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from labs.grading import course, demo, grader, submissions
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "05_read_loop_and_idempotency.ipynb"
+NAME = NOTEBOOK.stem
+LIMITS = course.Limits(cell_timeout_s=10, notebook_timeout_s=90, lab_timeout_s=20)
+# student -> (kind spoiling 05.1, kind spoiling 05.2); None: solved
+PAIRS: dict[str, tuple[str | None, str | None]] = {
+    "solved": (None, None),
+    "wrong-lab-never-exits": (None, "wrong"),
+    "hang-raise": ("hang", "raise"),
+    "flushall-shutdown": ("flushall", "shutdown"),
+    "segfault-kernel-death": ("segfault", "kernel-death"),
+    "deleted-edited": ("deleted-locked", "edited-locked"),
+}
+
+
+@dataclass
+class GradedClass:
+    course: course.Course
+    folder: Path
+    results: dict[str, grader.Result]
+
+
+def make_submissions(folder: Path, built: course.Course, reference: object) -> None:
+    released = built.released(NAME)
+    for student, (first, second) in PAIRS.items():
+        nb = demo.solved(released, reference)
+        for kind, exercise in ((first, "05.1"), (second, "05.2")):
+            if kind:
+                nb = demo.SPOILERS[kind](nb, exercise)
+        demo.write_submission(folder, student, NAME, nb)
+    demo.write_submission(folder, "untouched", NAME, released)
+    broken = nbformat.writes(demo.solved(released, reference))[:-300]  # type: ignore[no-untyped-call]
+    demo.write_submission(folder, "invalid-json", NAME, broken)
+    shutil.copy2(ROOT / "solutions" / "lab1.py", folder / "solved" / "lab1.py")
+    shutil.copy2(ROOT / "solutions" / "lab1.py", folder / "invalid-json" / "lab1.py")
+    (folder / "wrong-lab-never-exits" / "lab1.py").write_text(demo.NEVER_EXITS, encoding="utf-8")
+
+
+def grade_class(tmp: Path, jobs: int = 3) -> GradedClass:
+    small = course.small_notebook(NOTEBOOK, tmp / "small" / NOTEBOOK.name)
+    ctx = grader.forkserver()
+    built = course.course_for([small], tmp / "course", LIMITS, ctx)
+    folder = tmp / "submissions"
+    make_submissions(folder, built, nbformat.read(str(small), as_version=4))
+    subs = submissions.find_submissions(folder, built.notebooks, tmp / "unpacked")
+    with ThreadPoolExecutor(jobs) as pool:
+        graded = list(pool.map(lambda s: grader.grade_submission(s, built, tmp / "sandboxes", LIMITS, ctx), subs))
+    return GradedClass(built, folder, {result.student: result for result in graded})
