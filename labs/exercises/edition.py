@@ -124,14 +124,16 @@ def student_code_cells(nb: Any) -> None:
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     if len(code) >= 2:
         code[0].source = student_setup(code[0].source)
-        code[-1].source = guarded_cleanup(code[-1].source)
+        if not code[-1].metadata.get("exercise"):  # a notebook cut to its exercises has no clean-up
+            code[-1].source = guarded_cleanup(code[-1].source)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = student_prose(cell.source)
 
 
 class StudentCells(Preprocessor):
-    """Tag check and exercise cells ``raises-exception``, drop nbgrader metadata, put the banner first."""
+    """Tag check and exercise cells ``raises-exception``, drop the source's nbgrader metadata
+    (:mod:`labs.grading.release` writes the release's), put the banner first."""
 
     def preprocess(self, nb: Any, resources: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         for cell in nb.cells:

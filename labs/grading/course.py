@@ -65,6 +65,9 @@ def config_text(root: Path, limits: Limits) -> str:
             "c.ClearSolutions.text_stub = '_Ваш ответ:_'",
             f"c.Execute.timeout = {limits.cell_timeout_s}",
             "c.Execute.interrupt_on_timeout = True",
+            # nbclient waits 4 s for a cell's output after its reply: on a loaded machine (a class graded
+            # several at a time) that cut the setup cell off; the cell limit above is the real bound
+            f"c.Execute.iopub_timeout = {min(30, limits.cell_timeout_s)}",
             "c.Execute.error_on_timeout = {'ename': 'CellTimeoutError', "
             f"'evalue': 'ячейка не закончилась за {limits.cell_timeout_s} с и была прервана', "
             f"'traceback': ['CellTimeoutError: ячейка не закончилась за {limits.cell_timeout_s} с']}}",
