@@ -249,6 +249,7 @@ def test_the_student_path_run_all_fill_fail_retry_and_reload(
         assert len(cells[blank]["errors"]) == 1, cells[blank]
         output = page.locator(".jp-Cell").nth(blank).locator(".jp-OutputArea-output").inner_text()
         assert "Redis ответил ошибкой" in output and "Traceback" not in output and len(output.splitlines()) <= 3, output
+        assert 'reset("02.4")' in output, output  # the kernel knew the cell's exercise from JupyterLab's cellId
         page.locator(".jp-Cell").nth(blank).scroll_into_view_if_needed()
         shots.append(screens / "student-02-3-wrong-and-again.png")
         page.screenshot(path=str(shots[-1]))

@@ -74,7 +74,8 @@ def check_failures_redelivered(runs: Sequence[Run]) -> Check | None:
     failed = sum(r.result.failed_attempts for r in normal)
     again = sum(r.result.failed_redelivered for r in normal)
     confirmed = sum(r.result.confirmed for r in normal)
-    return Check(name, True, f"{failed} failed attempts seen in XPENDING, {again} of them seen delivered again; "
+    return Check(name, True, f"{failed} failed attempts seen in XPENDING, {again} of them caught being delivered again "
+                 "(a redelivery finished between two XPENDING samples is not seen: that is no loss); "
                  f"{confirmed} confirmed events, 0 lost")
 
 

@@ -124,7 +124,8 @@ def normal_sentence(runs: Sequence[Run], s: Lab3Settings) -> str | None:
     lost, dupes = _sum(normal, "lost"), _sum(normal, "duplicated")
     text = (f"Normal mode: every {s.fail_every}th attempt fails; Redis showed {_sum(normal, 'failed_attempts')} "
             f"failed attempts (deliveries left unacknowledged for {s.stall_ms} ms or more), "
-            f"{_sum(normal, 'failed_redelivered')} of them seen delivered again; {lost} lost and {dupes} duplicated.")
+            f"{_sum(normal, 'failed_redelivered')} of them caught being delivered again (a redelivery done between two "
+            f"samples of XPENDING goes unseen); {lost} lost and {dupes} duplicated.")
     if lost or dupes:
         text += " UNEXPECTED: without a fault nothing should be lost or charged twice."
     return text
