@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import redis
 from monitoring_support import MonitoredStack
-from port_support import cluster_ports, session_ports
+from port_support import cluster_ports, session_ports, worker_share, worker_window
 from require_support import fail_required_skip, required_areas, skip_area, tagged
 
 from labs.launcher import netns, ports, prom_binaries, topologies
@@ -95,6 +95,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # The namespaces' registry too: a test that runs 'python -m labs down' destroys the fabrics of
     # its registry, and with the checkout's own it took the other xdist worker's running ones with it.
     os.environ[netns.REGISTRY_VAR] = str(_Session.run_dir / "netns")
+    # This worker's shares of the port windows, for whatever picks ports later in this process or its
+    # children (a grading sandbox, the brokers, a notebook kernel): never another worker's reserved port.
+    for var, window in zip(ports.WINDOW_VARS, (worker_window(), worker_share(ports.session_port_window())),
+                           strict=True):
+        os.environ[var] = f"{window.start}-{window.stop}"
     _free_ports_into_env()
     if url := os.environ.get("REDIS_URL"):
         _Session.url, _Session.source = url, "REDIS_URL"

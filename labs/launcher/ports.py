@@ -75,13 +75,33 @@ EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 CLUSTER_WINDOW_WIDTH = 6000
 
 
+WINDOW_VARS = ("LAB_CLUSTER_PORT_WINDOW", "LAB_SESSION_PORT_WINDOW")  # "START-STOP": a share set by the tests
+
+
+def _window_from_env(var: str) -> range | None:
+    """The share of a window the test session gave this process (each xdist worker its own), if any:
+    then a grading sandbox or a notebook that picks ports never takes another worker's reserved one."""
+    raw = os.environ.get(var, "")
+    start, _, stop = raw.partition("-")
+    if not (start.isdigit() and stop.isdigit() and int(start) < int(stop)):
+        return None
+    return range(int(start), int(stop))
+
+
 def cluster_port_window() -> range:
     """Ports whose bus ports (+10000) both lie below the kernel's ephemeral range.
 
     The kernel hands out ephemeral ports to every outgoing connection and to ``bind(0)``: a
     bus port picked inside that range can be taken by any client socket between the pick and
-    the node's start. Below it, only an explicit bind takes a port.
+    the node's start. Below it, only an explicit bind takes a port. ``$LAB_CLUSTER_PORT_WINDOW``
+    narrows it to a share.
     """
+    if (share := _window_from_env(WINDOW_VARS[0])) is not None:
+        return share
+    return _whole_cluster_window()
+
+
+def _whole_cluster_window() -> range:
     try:
         low = int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -118,7 +138,9 @@ def session_port_window() -> range:
     to a client socket meanwhile (a sentinel replica's port was once taken so by the other test
     worker). Below the ephemeral range only an explicit bind takes a port.
     """
-    cluster = cluster_port_window()
+    if (share := _window_from_env(WINDOW_VARS[1])) is not None:
+        return share
+    cluster = _whole_cluster_window()
     return range(max(1024, cluster.start - SESSION_WINDOW_WIDTH), cluster.start)
 
 
