@@ -43,6 +43,7 @@ class Case:
     crash_consumer: bool = False  # a consumer process that kills itself between a charge and its ack
     hold: bool = False  # publish everything before any consumer starts (backlog, RSS)
     drain_timeout_s: float = 60.0
+    restart_killed: bool = True  # start the killed leader again afterwards (and wait for its replicas)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -82,7 +83,7 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> di
     tasks = [asyncio.create_task(consume(b, c, stop)) for b, c in zip(brokers, chargers, strict=True)]
     fault: asyncio.Task[tuple[float, int]] | None = None
     if case.kill_leader_at_s:
-        fault = asyncio.create_task(_kill_leader_later(site, queue, case.kill_leader_at_s))
+        fault = asyncio.create_task(_kill_leader_later(site, queue, case.kill_leader_at_s, case.restart_killed))
     started = time.time()
     if plog is None:
         plog = await produce(producer, events, rate_per_s=case.rate_per_s)
@@ -90,8 +91,6 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> di
     await _drain(ledger, plog, poison_ids, chargers, case, crash_at)
     stop.set()
     tallies: list[Tally] = list(await asyncio.gather(*tasks))
-    if killed_port:
-        await asyncio.to_thread(site.restart, killed_port, queue)
     dead = await _retry(producer.dead_letters)
     for b in [producer, *brokers]:
         await b.close()
@@ -109,10 +108,14 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> di
     return row
 
 
-async def _kill_leader_later(site: Site, queue: str, after_s: float) -> tuple[float, int]:
+async def _kill_leader_later(site: Site, queue: str, after_s: float, restart: bool) -> tuple[float, int]:
+    """kill -9 of the leader after ``after_s``; with ``restart`` it is started again at once, as an operator
+    would (Redis with WAIT 1 needs a replica again before it confirms anything)."""
     await asyncio.sleep(after_s)
     at = time.time()
     port = await asyncio.to_thread(site.kill_leader, queue)
+    if restart:
+        await asyncio.to_thread(site.restart, port, queue)
     return at, port
 
 

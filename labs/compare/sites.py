@@ -73,7 +73,9 @@ class Site:
     def restart(self, port: int, queue: str) -> None:
         """Start the killed node again and wait until the queue has all its replicas."""
         if isinstance(self.cluster, Topology):
-            self.cluster.wait_switched(self.cluster.master_addr(), _deadline(30))
+            old = (self.cluster.server(port).host, port)
+            new = self.cluster.wait_new_master(old, _deadline(30))
+            self.cluster.wait_switched(new, _deadline(30))  # before the old master answers again
             self.cluster.start(self.cluster.server(port))
             self.cluster.wait_ready()
         elif isinstance(self.cluster, RabbitCluster):

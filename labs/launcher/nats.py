@@ -30,10 +30,11 @@ ROUTE_OFFSET = 1000
 STREAM = "orders"
 DUPLICATE_WINDOW_S = 120.0
 START_TIMEOUT_S = 30.0
+DEBIAN_BIN = Path("/usr/sbin/nats-server")
 
 
 def binary() -> str:
-    found = shutil.which("nats-server") or ("/usr/sbin/nats-server" if Path("/usr/sbin/nats-server").exists() else None)
+    found = shutil.which("nats-server") or (str(DEBIAN_BIN) if DEBIAN_BIN.exists() else None)
     if found is None:
         raise LauncherError(
             "nats-server not found on PATH: run 'make brokers-bin' "
@@ -56,11 +57,14 @@ class NatsCluster:
 
     home: Path
     client_ports: tuple[int, ...] = DEFAULT_PORTS
+    route_ports: tuple[int, ...] = ()  # cluster routes; default: each client port + 1000
     servers: list[BrokerProcess] = field(default_factory=list)
     name: str = "nats"
 
     def __post_init__(self) -> None:
         self.home = self.home.resolve()
+        self.route_ports = self.route_ports or tuple(p + ROUTE_OFFSET for p in self.client_ports)
+        self._route = dict(zip(self.client_ports, self.route_ports, strict=True))
         self.servers = [BrokerProcess(f"nats-{p}", p, self.home, b"nats-server") for p in self.client_ports]
 
     @classmethod
@@ -74,11 +78,8 @@ class NatsCluster:
 
     @classmethod
     def on_free_ports(cls, run_dir: Path) -> NatsCluster:
-        window = ports.session_port_window()
-        while True:
-            picked = ports.free_ports(3, window)
-            if not any(ports.in_use(p + ROUTE_OFFSET) for p in picked):
-                return cls(Path(run_dir) / "nats", tuple(picked))
+        picked = ports.free_ports(6, ports.session_port_window())
+        return cls(Path(run_dir) / "nats", tuple(picked[:3]), tuple(picked[3:]))
 
     @property
     def processes(self) -> list[BrokerProcess]:
@@ -96,14 +97,14 @@ class NatsCluster:
     def _write_configs(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         for port in self.client_ports:
-            routes = ", ".join(f'"nats-route://127.0.0.1:{p + ROUTE_OFFSET}"' for p in self.client_ports if p != port)
+            routes = ", ".join(f'"nats-route://127.0.0.1:{self._route[p]}"' for p in self.client_ports if p != port)
             store = self.home / f"nats-{port}-data"
             self.conf(port).write_text(
                 f'server_name: "{self.server_name(port)}"\n'
                 f'listen: "127.0.0.1:{port}"\n'
                 f'jetstream {{\n  store_dir: "{store}"\n  max_memory_store: 268435456\n'
                 "  max_file_store: 4294967296\n}\n"
-                f'cluster {{\n  name: "lab"\n  listen: "127.0.0.1:{port + ROUTE_OFFSET}"\n  routes: [{routes}]\n}}\n'
+                f'cluster {{\n  name: "lab"\n  listen: "127.0.0.1:{self._route[port]}"\n  routes: [{routes}]\n}}\n'
             )
 
     def ensure(self, stream: str = STREAM, timeout_s: float = START_TIMEOUT_S) -> list[str]:

@@ -79,12 +79,15 @@ class RabbitCluster:
     amqp_ports: tuple[int, ...] = DEFAULT_PORTS
     epmd_port: int = DEFAULT_EPMD_PORT
     cookie: str = ""
+    dist_ports: tuple[int, ...] = ()  # Erlang distribution; default: each AMQP port + 20000
     nodes: list[BrokerProcess] = field(default_factory=list)
     name: str = "rabbitmq"
 
     def __post_init__(self) -> None:
         self.home = self.home.resolve()
         self.cookie = self.cookie or self._cookie()
+        self.dist_ports = self.dist_ports or tuple(p + DIST_OFFSET for p in self.amqp_ports)
+        self._dist = dict(zip(self.amqp_ports, self.dist_ports, strict=True))
         self.nodes = [BrokerProcess(f"rabbit-{p}", p, self.home, b"rabbit", self._env(p)) for p in self.amqp_ports]
 
     # -- construction ---------------------------------------------------------------------
@@ -97,12 +100,9 @@ class RabbitCluster:
 
     @classmethod
     def on_free_ports(cls, run_dir: Path) -> RabbitCluster:
-        """Ports below the ephemeral range whose distribution ports (+20000) are free too (tests)."""
-        window = ports.session_port_window()
-        while True:
-            picked = ports.free_ports(4, range(window.start, min(window.stop, 65535 - DIST_OFFSET)))
-            if all(_bindable(p + DIST_OFFSET) for p in picked[:3]):
-                return cls(Path(run_dir) / "rabbitmq", tuple(picked[:3]), picked[3])
+        """AMQP, distribution and epmd ports all below the ephemeral range (tests, make compare)."""
+        picked = ports.free_ports(7, ports.session_port_window())
+        return cls(Path(run_dir) / "rabbitmq", tuple(picked[:3]), picked[6], dist_ports=tuple(picked[3:6]))
 
     def _cookie(self) -> str:
         path = self.home / ".erlang.cookie"
@@ -122,7 +122,7 @@ class RabbitCluster:
             "RABBITMQ_NODENAME": self.node_name(port),
             "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
             "RABBITMQ_NODE_PORT": str(port),
-            "RABBITMQ_DIST_PORT": str(port + DIST_OFFSET),
+            "RABBITMQ_DIST_PORT": str(self._dist[port]),
             "RABBITMQ_CONFIG_FILE": str(self.home / f"rabbit-{port}.conf"),
             "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.home / "advanced.config"),
             "RABBITMQ_CONF_ENV_FILE": str(self.home / "rabbitmq-env.conf"),
@@ -315,6 +315,3 @@ def _ports_from_env(var: str, default: tuple[int, ...]) -> list[int]:
     except ValueError:
         raise LauncherError(f"{var}={raw!r} is not a port number (or a comma-separated list)") from None
 
-
-def _bindable(port: int) -> bool:
-    return not ports.in_use(port) and port < 65536
