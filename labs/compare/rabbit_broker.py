@@ -122,9 +122,12 @@ class RabbitBroker:
         return Delivery(event, message.body, count + 1, str(message.delivery_tag), ack, retry, dead_letter)
 
     async def dead_letters(self) -> list[str]:
-        if self._conn is None or self._conn.is_closed:
+        try:
+            channel = await self._conn.channel()
+        except BROKEN:  # the node this connection went to was killed: the next one
+            await self.close()
             await self.connect()
-        channel = await self._conn.channel()
+            channel = await self._conn.channel()
         dlq = await channel.declare_queue(f"{self.queue}.dlq", durable=True, arguments={"x-queue-type": "quorum"})
         out: list[str] = []
         while (message := await dlq.get(no_ack=False, fail=False, timeout=5)) is not None:
