@@ -138,3 +138,26 @@ def main(argv: list[str] | None = None) -> int:
     print_report(console, report, max_rows=60)
     console.print(f"report: {paths.markdown} (also .json, .html); took {time.monotonic() - started:.0f} s")
     return 0 if report.passed else 1
+
+
+def in_thread(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread: what calls ``asyncio.run`` (starting NATS waits for its stream)
+    cannot run on a notebook kernel's own running loop."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def run_cases_sync(sites: Sites, kinds: tuple[str, ...], plan: list[Case], settings: Settings,
+                   work: Path) -> list[dict[str, Any]]:
+    """:func:`_run_all` on an event loop of its own in a worker thread: a notebook's kernel already
+    runs a loop, so ``asyncio.run`` cannot be called in it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def _in_thread() -> list[dict[str, Any]]:
+        with Progress(console=make_console(), disable=True) as progress:
+            return asyncio.run(_run_all(sites, kinds, plan, settings, work, progress))
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(_in_thread).result()
