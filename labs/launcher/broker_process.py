@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,7 +80,17 @@ class BrokerProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)  # what is left of its group (erl_child_setup, inet_gethost)
         self.pidfile.unlink(missing_ok=True)
+        self._wait_port_closed(timeout_s)
         return pid
+
+    def _wait_port_closed(self, timeout_s: float) -> None:
+        """The kernel closes a killed process's listening socket a moment after the process is gone;
+        a restart in that moment would find its own port "in use"."""
+        from labs.launcher import ports
+
+        deadline = time.monotonic() + timeout_s
+        while ports.in_use(self.port) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def _rss_of(pid: int) -> int:
