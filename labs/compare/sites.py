@@ -107,6 +107,11 @@ class Sites:
     clusters: list[Any] = field(default_factory=list)
 
     def start(self, kinds: tuple[str, ...]) -> Sites:
+        """Start the clusters of ``kinds``; they are stopped at the latest when this process exits
+        (a notebook whose cell failed before its last one, a run interrupted)."""
+        import atexit
+
+        atexit.register(self.stop)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if any(k.startswith("redis") for k in kinds):
             topo = Topology.on_free_ports("sentinel", self.run_dir / "redis", down_after_ms=1000, extra_config=AOF)
