@@ -44,10 +44,13 @@ browser: ## Debian's chromium for the browser test (skipped with a reason where 
 netns-bin: ## iproute2 and nftables for the partition experiments (skipped with a reason without root)
 	@bash scripts/ensure-netns.sh
 
+brokers-bin: ## RabbitMQ and NATS (Debian packages) for module 4 (a warning where they cannot be installed)
+	@bash scripts/ensure-brokers.sh
+
 monitoring-bin: ## Prometheus, promtool, redis_exporter (Debian packages; a warning where they cannot be installed)
 	@bash scripts/ensure-monitoring.sh
 
-setup: $(STAMP) redis-bin browser monitoring-bin netns-bin ## create .venv, install the packages, Redis, Chromium, Prometheus
+setup: $(STAMP) redis-bin browser monitoring-bin netns-bin brokers-bin ## create .venv, install the packages, Redis, Chromium, Prometheus, RabbitMQ, NATS
 
 up: setup ## start the single topology (no persistence, port 6390)
 	@$(LAB) up single
@@ -73,6 +76,12 @@ failover-cluster: setup ## CLUSTER FAILOVER on the replica of the master with sl
 failover-cluster-hard: setup ## kill -9 of the master with slot 0, timed; it comes back as a replica
 	@$(LAB) failover cluster --hard
 
+up-rabbitmq: setup ## module 4: a 3-node RabbitMQ cluster (AMQP 5680-5682) with a quorum queue of 3 replicas
+	@$(LAB) up rabbitmq
+
+up-nats: setup ## module 4: 3 nats-server with JetStream (4230-4232), a stream of 3 replicas
+	@$(LAB) up nats
+
 up-monitoring: setup ## redis_exporter per node + Prometheus (127.0.0.1:9390) for the running topologies
 	@$(LAB) monitoring up
 
@@ -82,7 +91,7 @@ check-rules: setup ## promtool check + test of monitoring/ (production rules and
 status: setup ## roles, ports, offsets, each sentinel's master, each cluster master's slots
 	@$(LAB) status
 
-down: setup ## stop every Redis process the launcher started (and the monitoring add-on)
+down: setup ## stop every Redis process and broker the launcher started (and the monitoring add-on, epmd)
 	@$(LAB) down
 
 jupyter: setup $(if $(STUDENT),student) ## JupyterLab on notebooks/ (STUDENT=1: on the student edition; --allow-root as root)
@@ -123,6 +132,10 @@ kit: setup ## regenerate the student starters from solutions/
 
 bench: setup ## the worker against the raw redis-py ceiling, and on a cluster (about 5 minutes)
 	@$(PY) -m labs.bench $(BENCH_ARGS)
+
+.PHONY: compare up-rabbitmq up-nats brokers-bin
+compare: setup ## module 4: Redis Streams vs RabbitMQ vs NATS JetStream, same workload and faults, report (QUICK=1 short)
+	@$(PY) -m labs.compare $(if $(QUICK),--quick) $(COMPARE_ARGS)
 
 .PHONY: test-matrix
 test-matrix: setup ## the Redis-facing tests + every notebook on redis7, valkey8, redis8, one table (FLAVOURS=..., SUBSET=all|redis|faults)

@@ -18,7 +18,7 @@ from typing import NoReturn
 import pytest
 
 REQUIRE_VAR = "LAB_REQUIRE"
-AREAS = ("redis", "browser", "monitoring", "store-outage", "netns")
+AREAS = ("redis", "browser", "monitoring", "store-outage", "netns", "brokers")
 _TAG = re.compile(r"\[([a-z-]+)\] ")
 
 

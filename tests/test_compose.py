@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from labs.launcher import ports, topologies
-from labs.launcher.cluster import DEFAULT_NODE_TIMEOUT_MS, ClusterTopology
+from labs.launcher.cluster import DEFAULT_NODE_TIMEOUT_MS
 from labs.launcher.configs import cluster_lines, sentinel_conf
 from labs.launcher.topology import MASTER_NAME, QUORUM, Topology
 
@@ -76,7 +76,6 @@ def test_cluster_yml_mirrors_the_native_topology(tmp_path: Path) -> None:
     services = _load("cluster.yml")["services"]
     defaults = [int(p) for p in ports.DEFAULTS[ports.CLUSTER_PORTS_VAR].split(",")]
     native = topologies.create("cluster", tmp_path, server_ports=defaults)
-    assert isinstance(native, ClusterTopology)
     nodes = {name: _flags(svc["command"]) for name, svc in services.items() if name.startswith("node-")}
     assert sorted(int(flags["port"][0]) for flags in nodes.values()) == [p.port for p in native.servers]
     settings = [line.split(" ", 1) for line in cluster_lines(DEFAULT_NODE_TIMEOUT_MS) if not line.startswith("#")]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from labs.launcher import monitoring_cli, netns, topologies
+from labs.launcher import brokers, monitoring_cli, netns, topologies
 from labs.launcher.errors import LauncherError
 from labs.launcher.ports import DEFAULTS
 from labs.launcher.topology import TOPOLOGIES, TopologyStatus, default_run_dir
@@ -28,11 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start a topology, or reuse it when it already runs")
-    up.add_argument("topology", choices=TOPOLOGIES, nargs="?", default="single")
+    up.add_argument("topology", choices=(*TOPOLOGIES, *brokers.BROKERS), nargs="?", default="single")
     up.add_argument("--netns", action="store_true",
                     help="sentinel, cluster: each process in a network namespace of its own (root; for partitions)")
     st = sub.add_parser("status", help="roles, ports, replication offsets, each sentinel's master")
-    st.add_argument("topology", choices=(*TOPOLOGIES, "all"), nargs="?", default="all")
+    st.add_argument("topology", choices=(*TOPOLOGIES, *brokers.BROKERS, "all"), nargs="?", default="all")
     fo = sub.add_parser("failover", help="fail the sentinel topology (or the cluster) over and time it")
     fo.add_argument("topology", choices=("sentinel", "cluster"), nargs="?", default="sentinel")
     fo.add_argument(
@@ -44,13 +44,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-restart", action="store_true", help="with --hard, leave the killed master down"
     )
     down = sub.add_parser("down", help="stop every process the launcher started")
-    down.add_argument("topology", choices=(*TOPOLOGIES, "all"), nargs="?", default="all")
+    down.add_argument("topology", choices=(*TOPOLOGIES, *brokers.BROKERS, "all"), nargs="?", default="all")
     monitoring_cli.add_parser(sub)
     return parser
 
 
 def _names(choice: str) -> tuple[str, ...]:
-    return TOPOLOGIES if choice == "all" else (choice,)
+    return TOPOLOGIES if choice == "all" else tuple(n for n in (choice,) if n in TOPOLOGIES)
+
+
+def _broker_names(choice: str) -> tuple[str, ...]:
+    return brokers.BROKERS if choice == "all" else tuple(n for n in (choice,) if n in brokers.BROKERS)
+
+
+def _print_broker_status(name: str) -> bool:
+    cluster = brokers.from_env(name, default_run_dir())
+    if not brokers.running(cluster):
+        return False
+    table = Table(title=f"broker {name}", title_justify="left")
+    for col in ("process", "port", "pid", "role"):
+        table.add_column(col)
+    for row in brokers.status_rows(cluster):
+        table.add_row(row.name, str(row.port), str(row.pid or "-"), row.detail)
+    console.print(table)
+    return True
 
 
 def _print_status(st: TopologyStatus) -> None:
@@ -72,17 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "up":
         return _up(args)
     if args.command == "status":
-        shown = [status for name in _names(args.topology) if (status := topologies.from_env(name).status()).running]
-        for status in shown:
-            _print_status(status)
-        monitoring_cli.print_status(console)
-        _print_namespaces()
-        if not shown:
-            console.print(
-                "no topology is running "
-                "(start one with 'make up', 'make up-aof', 'make up-sentinel' or 'make up-cluster')"
-            )
-        return 0
+        return _status(args)
     if args.command == "failover" and args.topology == "cluster":
         return _failover_cluster(args)
     if args.command == "failover":
@@ -103,9 +110,27 @@ def run(args: argparse.Namespace) -> int:
     stopped: list[int] = []
     for name in _names(args.topology):
         stopped += topologies.from_env(name).stop()
+    for name in _broker_names(args.topology):
+        stopped += brokers.from_env(name, default_run_dir()).stop()
     console.print(f"stopped {len(stopped)} process(es)" + (f": pids {stopped}" if stopped else ""))
     if args.topology == "all" and (removed := netns.remove_registered()):
         console.print(f"removed {len(removed)} network namespace(s) left by partition runs of this checkout")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    shown = [status for name in _names(args.topology) if (status := topologies.from_env(name).status()).running]
+    for status in shown:
+        _print_status(status)
+    brokers_shown = [name for name in _broker_names(args.topology) if _print_broker_status(name)]
+    monitoring_cli.print_status(console)
+    _print_namespaces()
+    if not shown and not brokers_shown:
+        console.print(
+            "no topology is running "
+            "(start one with 'make up', 'make up-aof', 'make up-sentinel', 'make up-cluster', "
+            "'make up-rabbitmq' or 'make up-nats')"
+        )
     return 0
 
 
@@ -116,6 +141,16 @@ def _print_namespaces() -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
+    if args.topology in brokers.BROKERS:
+        cluster = brokers.from_env(args.topology, default_run_dir())
+        verb = "reused" if all(p.pid() for p in cluster.processes) else "started"
+        console.print(f"{args.topology}: starting 3 nodes (RabbitMQ takes about a minute) ..." if verb == "started"
+                      else f"{args.topology}: already running")
+        urls = cluster.ensure()
+        kind = "quorum queue" if args.topology == "rabbitmq" else "JetStream stream"
+        console.print(f"{args.topology}: {verb}; {', '.join(urls)}; {kind} 'orders' with 3 replicas, "
+                      f"leader on port {cluster.leader_port()}")
+        return 0
     topo = topologies.from_env(args.topology, netns=args.netns)
     before = [p.pid() for p in topo.processes]
     addrs = topo.ensure()

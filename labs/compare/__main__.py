@@ -1,0 +1,5 @@
+import sys
+
+from labs.compare.run import main
+
+sys.exit(main())

@@ -1,0 +1,64 @@
+"""Kafka's column, from Kafka's own documentation only: no Kafka broker can be installed here
+(Debian, PyPI and npm ship clients, not the broker), so nothing in it was measured. Each cell says
+what the documentation states, marked "documented, not measured here", with the page it comes from.
+No figure is invented: where the documentation gives no number, the cell gives none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NOT_MEASURED = "documented, not measured here"
+DOCS = "https://kafka.apache.org/documentation/"
+
+
+@dataclass(frozen=True)
+class Cell:
+    topic: str  # the row of the comparison table it belongs to
+    text: str
+    reference: str
+
+    @property
+    def shown(self) -> str:
+        return f"{self.text} ({NOT_MEASURED}; {self.reference})"
+
+
+CELLS: tuple[Cell, ...] = (
+    Cell("durability", "a write acknowledged with acks=all is in every in-sync replica; with "
+         "min.insync.replicas it is refused when too few replicas are in sync",
+         DOCS + "#producerconfigs_acks"),
+    Cell("durability", "the log is flushed to disk by the OS by default (log.flush.interval.messages and "
+         "log.flush.interval.ms unset): durability comes from replication, not fsync",
+         DOCS + "#brokerconfigs_log.flush.interval.messages"),
+    Cell("leader-kill", "a new leader is elected from the in-sync replicas; with "
+         "unclean.leader.election.enable=false (the default) no acknowledged write is lost",
+         DOCS + "#design_replicatedlog"),
+    Cell("duplicates", "the idempotent producer (enable.idempotence, default true since 3.0) writes a retried "
+         "send once per partition; transactions extend it to exactly-once read-process-write",
+         DOCS + "#semantics"),
+    Cell("consumer-kill", "a consumer commits offsets; a crash between the effect and the commit re-reads "
+         "from the last committed offset (at-least-once), so the handler must be idempotent",
+         DOCS + "#semantics"),
+    Cell("poison", "no dead-letter queue in the broker: the consumer (or Kafka Connect's "
+         "errors.deadletterqueue.topic.name) writes failed records to another topic",
+         DOCS + "#sinkconnectorconfigs_errors.deadletterqueue.topic.name"),
+    Cell("order", "order is kept within a partition; records with the same key go to the same partition, "
+         "and one partition is read by one consumer of a group at a time",
+         DOCS + "#intro_concepts_and_terms"),
+    Cell("backlog", "retention is by time or size (log.retention.hours, log.retention.bytes), not by "
+         "consumption: a backlog is on disk, and reading old data is sequential",
+         DOCS + "#brokerconfigs_log.retention.hours"),
+    Cell("throughput", "the documentation gives no figure for a setup like this one", DOCS + "#design"),
+)
+
+
+def cells_for(topic: str) -> list[Cell]:
+    return [c for c in CELLS if c.topic == topic]
+
+
+def column() -> dict[str, str]:
+    """``topic -> text`` of Kafka's column, each with its mark and its reference."""
+    out: dict[str, list[str]] = {}
+    for cell in CELLS:
+        out.setdefault(cell.topic, []).append(cell.shown)
+    return {topic: "; ".join(texts) for topic, texts in out.items()}

@@ -1,0 +1,73 @@
+"""The one producer: each event published with confirm, an unknown or refused one re-sent with the
+same ``event_id`` until confirmed (or a deadline), optionally at a fixed rate. Its log is the record
+"confirmed" is judged by; the consumers never write it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from labs.compare.contract import Broker, Event, Outcome
+
+RESEND_PAUSE_S = 0.1
+
+
+@dataclass
+class Attempt:
+    event_id: str
+    attempt: int
+    outcome: str
+    at: float  # unix seconds
+    took_s: float
+
+
+@dataclass
+class ProduceLog:
+    attempts: list[Attempt] = field(default_factory=list)
+    confirmed: dict[str, float] = field(default_factory=dict)  # event_id -> unix time of its confirm
+    gave_up: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for a in self.attempts if a.outcome == outcome.value)
+
+
+async def produce(broker: Broker, events: Sequence[Event], *, rate_per_s: float = 0.0,
+                  resend_deadline_s: float = 60.0) -> ProduceLog:
+    """Publish ``events`` in order (at ``rate_per_s`` when > 0, else as fast as confirms come back)."""
+    log = ProduceLog()
+    started = time.monotonic()
+    for i, event in enumerate(events):
+        if rate_per_s > 0:
+            await asyncio.sleep(max(0.0, started + i / rate_per_s - time.monotonic()))
+        event = event.stamped()
+        deadline = time.monotonic() + resend_deadline_s
+        attempt = 0
+        while True:
+            attempt += 1
+            t0 = time.monotonic()
+            outcome = await broker.publish(event)
+            log.attempts.append(Attempt(event.event_id, attempt, outcome.value, time.time(), time.monotonic() - t0))
+            if outcome is Outcome.CONFIRMED:
+                log.confirmed[event.event_id] = time.time()
+                break
+            if time.monotonic() > deadline:
+                log.gave_up.append(event.event_id)
+                break
+            await asyncio.sleep(RESEND_PAUSE_S)
+    log.elapsed_s = time.monotonic() - started
+    return log
+
+
+def make_events(prefix: str, n: int, *, orders: int = 0, poison_at: int = -1) -> list[Event]:
+    """``n`` events; with ``orders`` they cycle over that many order ids, each with its own ``seq``."""
+    from labs.compare.consumer import POISON_AMOUNT
+
+    events = []
+    for i in range(n):
+        order = f"o{i % orders}" if orders else f"o{i}"
+        amount = POISON_AMOUNT if i == poison_at else f"{10 + i % 90}.00"
+        events.append(Event(f"{prefix}-{i}", f"{prefix}-{order}", amount, seq=i // orders if orders else 0))
+    return events
