@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from require_support import skip_area
 
 from labs.compare.contract import Settings
@@ -38,3 +39,38 @@ def sites_for(kinds: tuple[str, ...], tmp: Path) -> Iterator[Sites]:
 
 def run(site: Site, case: Case, work: Path, settings: Settings = SETTINGS) -> dict[str, Any]:
     return asyncio.run(run_case(site, case, settings, work))
+
+
+class BrokerContract:
+    """The contract's checks every broker passes, in this order; a test module subclasses it as
+    ``Test<Broker>`` with its broker's ``kind`` (one cluster per class, started once)."""
+
+    kind = ""
+    restart_killed = True  # False: the killed node stays down (RabbitMQ's restart costs half a minute)
+
+    @pytest.fixture(scope="class")
+    def work(self, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        return tmp_path_factory.mktemp("work")
+
+    @pytest.fixture(scope="class")
+    def site(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+        for sites in sites_for((self.kind,), tmp_path_factory.mktemp(self.kind)):
+            yield sites.sites[self.kind]
+
+    def test_a_poison_message_is_dead_lettered_after_max_attempts_the_others_charged(self, site: Site,
+                                                                                    work: Path) -> None:
+        row = run(site, Case("poison", 20, poison=True), work)
+        assert row["poison_dead_lettered"] and row["poison_attempts"] == SETTINGS.max_attempts
+        assert row["charged"] == 19 and row["lost"] == 0 and row["charged_twice"] == 0
+
+    def test_a_consumer_killed_between_charge_and_ack_is_redelivered_and_absorbed(self, site: Site,
+                                                                                 work: Path) -> None:
+        row = run(site, Case("consumer-kill", 20, crash_consumer=True), work)
+        assert row["duplicates_absorbed"] >= 1 and row["charged_twice"] == 0
+        assert row["charged"] == 20 and row["crash_redelivered_after_s"] is not None
+
+    def test_a_leader_kill_under_load_loses_no_confirmed_event(self, site: Site, work: Path) -> None:
+        case = Case("leader-kill", 40, rate_per_s=40, kill_leader_at_s=0.3, restart_killed=self.restart_killed)
+        row = run(site, case, work)
+        assert row["lost"] == 0 and row["confirmed"] == 40 and row["charged_twice"] == 0
+        assert row["killed_port"] and row["charged"] == 40
