@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labs.bench import ceiling, worker_runs
+from labs.experiments import ceiling, worker_runs
 from solutions.gc_tuning import GEN0_THRESHOLD, tune_for_throughput
 
 

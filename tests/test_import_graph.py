@@ -87,3 +87,10 @@ def test_the_worker_on_one_stream_loads_nothing_of_the_cluster() -> None:
     reached = _reach(_graph(), "solutions.worker")
     assert {"solutions.cluster_router", "solutions.cluster_site", "solutions.slot_map", "solutions.shards"} & reached \
         == set()
+
+
+def test_experiments_never_import_the_bench() -> None:
+    """The bench measures what the experiments show; the ceiling and the worker runs live below both."""
+    edges = _graph()
+    upward = [(m, t) for m in edges if m.startswith("labs.experiments") for t in edges[m] if t.startswith("labs.bench")]
+    assert upward == []

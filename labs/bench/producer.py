@@ -6,7 +6,7 @@ import time
 
 import redis
 
-from labs.bench.ceiling import order_fields
+from labs.experiments.ceiling import order_fields
 from labs.experiments.latency import LAB_CASES, LatencyStats, case_label, xadd_latency
 
 PIPELINE_BATCH = 100

@@ -17,8 +17,8 @@ from pathlib import Path
 import redis
 from redis.asyncio.sentinel import Sentinel
 
-from labs.bench.ceiling import order_fields
-from labs.bench.worker_runs import bench_settings
+from labs.experiments.ceiling import order_fields
+from labs.experiments.worker_runs import bench_settings
 from labs.launcher.topology import MASTER_NAME, SentinelTopology
 from solutions.worker import Worker
 

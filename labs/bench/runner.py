@@ -13,10 +13,11 @@ from pathlib import Path
 import redis
 from rich.progress import Progress, TaskID
 
-from labs.bench import ceiling, cluster, memory, process_runs, producer, recovery, throughput, worker_runs
+from labs.bench import cluster, memory, process_runs, producer, recovery, throughput
 from labs.bench.results import Row
 from labs.bench.shapes import SHAPES
 from labs.bench.throughput import ROUND, Pairs, Run, gc_mode, timed
+from labs.experiments import ceiling, worker_runs
 from labs.launcher import topologies
 from labs.launcher.cluster import ClusterTopology
 from solutions.settings import Settings

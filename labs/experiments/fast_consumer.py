@@ -25,7 +25,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from labs.bench import ceiling, worker_runs
+from labs.experiments import ceiling, worker_runs
 from labs.experiments.worker_procs import produce_backlog
 from solutions.connection import PackingConnection
 from solutions.handler import BillingHandler, Failures, Slot
