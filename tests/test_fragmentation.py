@@ -25,6 +25,7 @@ def test_deleting_two_values_of_three_fragments_the_allocator(tmp_path: Path) ->
         report = fragmentation.doctor(client)
     assert small.mem_fragmentation_ratio > 1.5 and small.allocator_frag_bytes < 16 << 20  # the small-node look
     assert made.keys_left == 20_000
+    assert made.filled.is_fresh and made.fragmented.is_fresh  # each read after serverCron sampled the change
     assert made.filled.allocator_frag_ratio < 1.1  # full pages
     assert made.fragmented.allocator_frag_ratio > 1.5 and made.fragmented.allocator_frag_bytes > 20 << 20
     assert made.fragmented.rss_bytes > 0.9 * made.filled.rss_bytes  # the pages stay with the process

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ import yaml
 
 from labs.launcher.promtool import promtool
 from labs.launcher.rule_scale import MONITORING_DIR
+from labs.polling import poll
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ CHUNK = 20_000  # keys per EVAL: a fraction of a second each, even on a busy mac
 ALERT = "RedisFragmented"
 RULES = MONITORING_DIR / "rules" / "redis.yml"
 DEFRAG_WAIT_S = 10.0
+SAMPLE_WAIT_S = 1.0  # serverCron samples RSS and the allocator every 100 ms
 
 _FILL = """
 for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
@@ -78,6 +81,7 @@ class MemoryView:
 
     @classmethod
     def read(cls, client: redis.Redis) -> MemoryView:
+        """``INFO memory`` as it reads now: RSS and the allocator's figures may be up to one sample old."""
         info: dict[str, Any] = client.info("memory")
         return cls(
             int(info["used_memory"]), int(info["used_memory_rss"]),
@@ -85,6 +89,51 @@ class MemoryView:
             int(info["allocator_allocated"]), int(info["allocator_active"]),
             float(info["allocator_frag_ratio"]), int(info["allocator_frag_bytes"]),
         )
+
+    @classmethod
+    def settled(cls, client: redis.Redis, *, timeout_s: float = SAMPLE_WAIT_S) -> MemoryView:
+        """``INFO memory`` once a sample taken after the last change is in it (polled, at most ``timeout_s``).
+
+        RSS and every ``allocator_*`` field are not measured when ``INFO`` runs: ``serverCron`` samples them
+        every 100 ms and ``INFO`` prints the last sample, while ``used_memory`` is live. Read right after a
+        delete of 40 MB that took 0.1 s, the view showed the filled node's allocator (CI, Redis 7.0.15). A
+        fresh sample's used memory (RSS minus ``mem_fragmentation_bytes``) equals the live one; on a server
+        that computes those fields otherwise the wait runs out and the last view is returned.
+        """
+        return cls._polled(client, lambda view: view.is_fresh, timeout_s)
+
+    @classmethod
+    def next_sample(cls, client: redis.Redis, before: MemoryView, *,
+                    timeout_s: float = SAMPLE_WAIT_S) -> MemoryView:
+        """``INFO memory`` once its sampled figures differ from ``before``'s (a newer sample), or at the deadline."""
+        return cls._polled(client, lambda view: view.sample != before.sample, timeout_s)
+
+    @classmethod
+    def _polled(cls, client: redis.Redis, done: Callable[[MemoryView], bool], timeout_s: float) -> MemoryView:
+        latest = [cls.read(client)]
+
+        def newer() -> bool:
+            latest[0] = cls.read(client)
+            return done(latest[0])
+
+        if not done(latest[0]):
+            poll(newer, timeout_s, poll_s=0.02)
+        return latest[0]
+
+    @property
+    def sampled_used_bytes(self) -> int:
+        """``used_memory`` as the last sample saw it (RSS minus ``mem_fragmentation_bytes``)."""
+        return self.rss_bytes - self.mem_fragmentation_bytes
+
+    @property
+    def is_fresh(self) -> bool:
+        """The sampled figures were taken after the last big change (the sample's used memory is today's)."""
+        return abs(self.sampled_used_bytes - self.used_bytes) <= max(1 << 20, self.used_bytes // 50)
+
+    @property
+    def sample(self) -> tuple[int, int, int]:
+        """The figures ``serverCron`` samples (``INFO`` prints its last sample)."""
+        return self.rss_bytes, self.allocator_allocated_bytes, self.allocator_active_bytes
 
     def row(self) -> list[str]:
         mib = 2**20
@@ -113,11 +162,11 @@ def fragment(client: redis.Redis, *, keys: int, value_bytes: int, keep_every: in
     started = time.monotonic()
     for first in range(1, keys + 1, CHUNK):
         client.eval(_FILL, 1, prefix, first, min(keys, first + CHUNK - 1), value_bytes)
-    filled = MemoryView.read(client)
+    filled = MemoryView.settled(client)
     dropped_at = time.monotonic()
     for first in range(1, keys + 1, CHUNK):
         client.eval(_DROP, 1, prefix, first, min(keys, first + CHUNK - 1), keep_every)
-    fragmented = MemoryView.read(client)
+    fragmented = MemoryView.settled(client)
     done = time.monotonic()
     log.info("fragmented %d keys of %d B in %.1f s", keys, value_bytes, done - started)
     return Fragmented(filled, fragmented, int(client.dbsize()), dropped_at - started, done - dropped_at)
@@ -127,13 +176,14 @@ def delete_all(client: redis.Redis, *, keys: int, prefix: str = "frag:") -> Memo
     """Delete every value :func:`fragment` wrote (a peak left behind), then the view."""
     for first in range(1, keys + 1, CHUNK):
         client.eval(_DROP, 1, prefix, first, min(keys, first + CHUNK - 1), 0)
-    return MemoryView.read(client)
+    return MemoryView.settled(client)
 
 
 def purge(client: redis.Redis) -> MemoryView:
     """``MEMORY PURGE`` (jemalloc: give back the pages no live value uses), then the view."""
+    before = MemoryView.settled(client)
     client.execute_command("MEMORY", "PURGE")  # type: ignore[no-untyped-call]
-    return MemoryView.read(client)
+    return MemoryView.next_sample(client, before)
 
 
 @dataclass(frozen=True)
