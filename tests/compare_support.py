@@ -49,13 +49,15 @@ class BrokerContract:
     restart_killed = True  # False: the killed node stays down (RabbitMQ's restart costs half a minute)
 
     @pytest.fixture(scope="class")
-    def work(self, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    @classmethod
+    def work(cls, tmp_path_factory: pytest.TempPathFactory) -> Path:
         return tmp_path_factory.mktemp("work")
 
     @pytest.fixture(scope="class")
-    def site(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-        for sites in sites_for((self.kind,), tmp_path_factory.mktemp(self.kind)):
-            yield sites.sites[self.kind]
+    @classmethod
+    def site(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+        for sites in sites_for((cls.kind,), tmp_path_factory.mktemp(cls.kind)):
+            yield sites.sites[cls.kind]
 
     def test_a_poison_message_is_dead_lettered_after_max_attempts_the_others_charged(self, site: Site,
                                                                                     work: Path) -> None:

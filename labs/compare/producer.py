@@ -35,15 +35,24 @@ class ProduceLog:
 
 
 async def produce(broker: Broker, events: Sequence[Event], *, rate_per_s: float = 0.0,
-                  resend_deadline_s: float = 60.0) -> ProduceLog:
-    """Publish ``events`` in order (at ``rate_per_s`` when > 0, else as fast as confirms come back)."""
+                  resend_deadline_s: float = 60.0, deadline_s: float = 180.0) -> ProduceLog:
+    """Publish ``events`` in order (at ``rate_per_s`` when > 0, else as fast as confirms come back).
+
+    An event is re-sent until confirmed or ``resend_deadline_s`` passes; the whole run stops trying
+    after ``deadline_s``: the events left are logged as given up (a broker that refuses for good
+    ends the case with figures, not a hang).
+    """
     log = ProduceLog()
     started = time.monotonic()
+    run_deadline = started + deadline_s
     for i, event in enumerate(events):
+        if time.monotonic() > run_deadline:
+            log.gave_up.append(event.event_id)
+            continue
         if rate_per_s > 0:
             await asyncio.sleep(max(0.0, started + i / rate_per_s - time.monotonic()))
         event = event.stamped()
-        deadline = time.monotonic() + resend_deadline_s
+        deadline = min(time.monotonic() + resend_deadline_s, run_deadline)
         attempt = 0
         while True:
             attempt += 1

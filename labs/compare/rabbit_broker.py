@@ -74,6 +74,10 @@ class RabbitBroker:
                                                          timeout=self.settings.publish_timeout_s)
             return Outcome.CONFIRMED
         except aiormq.exceptions.DeliveryError:
+            # A nack. After a leader kill RabbitMQ 3.10 nacks every later publish on a channel that was open
+            # (or opened) while the queue had no leader, for as long as the channel lives (100 of 100 over 10 s,
+            # measured); a new channel reaches the new leader. So the next attempt opens a new one.
+            self._channel = None
             return Outcome.REFUSED
         except BROKEN:
             self._channel = None

@@ -43,6 +43,7 @@ class Case:
     crash_consumer: bool = False  # a consumer process that kills itself between a charge and its ack
     hold: bool = False  # publish everything before any consumer starts (backlog, RSS)
     drain_timeout_s: float = 60.0
+    produce_deadline_s: float = 120.0  # the producer stops re-sending after this (the rest: gave up)
     restart_killed: bool = True  # start the killed leader again afterwards (and wait for its replicas)
 
 
@@ -68,7 +69,7 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> di
     row: dict[str, Any] = {"broker": site.kind, "case": case.name, "durability": producer.durability()}
     plog: ProduceLog | None = None
     if case.hold:
-        plog = await produce(producer, events, rate_per_s=case.rate_per_s)
+        plog = await produce(producer, events, rate_per_s=case.rate_per_s, deadline_s=case.produce_deadline_s)
         row["backlog_held"] = await producer.backlog()
         rss_held = await asyncio.to_thread(site.rss_bytes)
         row["rss_before_mb"] = round(rss_before / 1e6, 1)
@@ -76,7 +77,7 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> di
         row["rss_mb_per_million"] = round((rss_held - rss_before) / 1e6 / max(1, row["backlog_held"]) * 1e6, 0)
     crash_at = 0.0
     if case.crash_consumer:  # everything published first, then the crasher alone: it charges, dies unacked
-        plog = await produce(producer, events, rate_per_s=case.rate_per_s)
+        plog = await produce(producer, events, rate_per_s=case.rate_per_s, deadline_s=case.produce_deadline_s)
         crash_at = await _crash_time(_spawn_crasher(site, queue, ledger, settings))
     for b in brokers:
         await b.connect()
@@ -86,7 +87,7 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> di
         fault = asyncio.create_task(_kill_leader_later(site, queue, case.kill_leader_at_s, case.restart_killed))
     started = time.time()
     if plog is None:
-        plog = await produce(producer, events, rate_per_s=case.rate_per_s)
+        plog = await produce(producer, events, rate_per_s=case.rate_per_s, deadline_s=case.produce_deadline_s)
     killed_at, killed_port = await fault if fault else (0.0, 0)
     await _drain(ledger, plog, poison_ids, chargers, case, crash_at)
     stop.set()
