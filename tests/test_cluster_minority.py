@@ -43,7 +43,10 @@ def test_the_majority_promotes_the_replica_and_the_longer_timeout_loses_more(
 ) -> None:
     short, long = runs
     for run in runs:
-        assert run.window_s < run.promoted_s < run.healed_s, "promoted after the minority stopped, before the heal"
+        assert run.promoted_s < run.healed_s, "the majority promoted the replica during the cut"
+        # The sides time out on their own clocks: the old master may still acknowledge for a moment after the
+        # promotion (two masters of one slot), never for longer than its own window.
+        assert 0.0 <= run.two_masters_s <= run.window_s
         b = run.writer("b")
         assert b.lost == 0 and b.acked_after(run.promoted_s), "the majority writes to the promoted replica"
     assert long.writer("a").lost > short.writer("a").lost and long.window_s > short.window_s

@@ -64,6 +64,17 @@ class MinorityRun:
         """How long the cut-off master kept acknowledging (its last ack after the cut)."""
         return self.writer("a").last_ack_s
 
+    @property
+    def two_masters_s(self) -> float:
+        """How long the old master still acknowledged after the replica was promoted (0: never).
+
+        Both sides time out on their own clocks: the minority master stops at its own ``fail?`` marks
+        (one to one and a half node timeouts), the majority promotes after its marks, the failure
+        reports' gossip and the election delay. The two ranges overlap, so for a moment the slot can
+        have two masters that both acknowledge (seen in CI at 3000 ms).
+        """
+        return max(0.0, self.window_s - self.promoted_s)
+
 
 def key_for(node: ClusterNode, stem: str) -> str:
     """A key whose hash slot ``node`` serves (``{stem-N}`` for the first N that lands there)."""
@@ -178,6 +189,7 @@ def loss_table(runs: Sequence[MinorityRun]) -> list[dict[str, object]]:
             "acked and lost": run.writer("a").lost,
             "window s": round(run.window_s, 2),
             "promoted s": round(run.promoted_s, 2),
+            "two masters s": round(run.two_masters_s, 2),
             "other shard: failed writes": sum(1 for w in run.writer("other").writes if w.outcome != "acked"),
             "lost on the majority": run.writer("b").lost + run.writer("other").lost,
         }
