@@ -18,11 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
+
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPE_WIDTH = 320  # piped or redirected output: tables this wide, long lines never wrapped
@@ -53,7 +56,7 @@ class Table:
 
     title: str
     columns: tuple[str, ...]
-    rows: tuple[tuple[Any, ...], ...]
+    rows: tuple[tuple[object, ...], ...]
 
 
 @dataclass
@@ -64,9 +67,9 @@ class Report:
     title: str
     checks: list[Check] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
-    figures: list[tuple[str, Any]] = field(default_factory=list)
+    figures: list[tuple[str, Figure]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, object] = field(default_factory=dict)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
@@ -103,7 +106,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.2f}" if math.isfinite(value) else "-"
     return "-" if value is None else str(value)
@@ -128,8 +131,8 @@ def to_json(report: Report) -> str:
     return json.dumps(jsonable(payload), indent=2, ensure_ascii=False) + "\n"
 
 
-def _md_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    def cell(value: Any) -> str:
+def _md_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    def cell(value: object) -> str:
         return _fmt(value).replace("|", "\\|").replace("\n", " ")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -153,13 +156,13 @@ def to_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _html_cell(value: Any) -> str:
+def _html_cell(value: object) -> str:
     text = _fmt(value)
     css = {"PASS": " class='pass'", "FAIL": " class='fail'"}.get(text, "")
     return f"<td{css}>{html.escape(text)}</td>"
 
 
-def _html_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def _html_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(_html_cell(v) for v in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

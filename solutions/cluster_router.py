@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 RETRIED = (ClusterDownError, TryAgainError, RedisConnectionError, RedisTimeoutError)
-Ask = tuple[tuple[Any, ...], dict[str, Any]]
+Ask = tuple[tuple[object, ...], dict[str, object]]
 
 __all__ = ["ClusterRouter", "RoutingOptions", "ShardClient", "ShardPipeline"]
 
@@ -104,7 +104,7 @@ class ShardClient(aioredis.Redis):
         self.streak = Streak(log, f"slot {slot} ({name})")
         self.failed_attempts = 0  # every attempt that failed and was retried or raised, ever (a reader compares)
 
-    async def execute_command(self, *args: Any, **options: Any) -> Any:
+    async def execute_command(self, *args: object, **options: object) -> object:
         """Any command, on the master of this client's slot (MOVED, ASK and failovers followed)."""
         parent = super().execute_command
         return await self.routed(lambda: parent(*args, **options), ask=(args, options))  # type: ignore[no-untyped-call]
@@ -166,7 +166,7 @@ class ShardClient(aioredis.Redis):
             await backoff.sleep()
             await self.slot_map.refresh()
 
-    async def _asking(self, addr: Address, ask: Ask) -> Any:
+    async def _asking(self, addr: Address, ask: Ask) -> Any:  # the reply of whatever command was asked
         """``ASKING`` then the command, on one connection to the node importing the slot."""
         args, options = ask
         async with self.slot_map.node(addr).pipeline(transaction=False) as pipe:

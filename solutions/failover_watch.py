@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Mapping
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -105,7 +105,7 @@ class FailoverWatch:
             finally:
                 self.subscribed -= 1
 
-    async def on_message(self, message: dict[str, Any]) -> bool:
+    async def on_message(self, message: Mapping[str, object]) -> bool:
         """Handle one Pub/Sub message; True when it made us drop the connections."""
         switch = parse_switch(message.get("data"))
         if switch is None or switch[0] != self.master_name or switch[2] == self.current:

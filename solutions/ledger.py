@@ -310,7 +310,7 @@ class Ledger:
         self._transaction(busy_ms, _probe_write, time.time())
         self._transaction(busy_ms, _wal_back, begin=False)
 
-    def _transaction(self, busy_ms: int, body: Callable[..., T], *args: Any, begin: bool = True) -> T:
+    def _transaction(self, busy_ms: int, body: Callable[..., T], *args: object, begin: bool = True) -> T:
         """``BEGIN IMMEDIATE``, ``body(db, *args)``, ``COMMIT`` on our connection (opened if need
         be), under the lock (``begin=False``: ``body`` alone, outside a transaction, as a
         checkpoint must be). A failure of the store is raised as ``LedgerUnavailable``."""

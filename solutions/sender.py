@@ -15,7 +15,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, fields
-from typing import IO, Any
+from typing import IO
 
 from redis.exceptions import BusyLoadingError, RedisError, ResponseError
 
@@ -107,7 +107,7 @@ class Sender:
                 pipe.xadd(a.stream, event, maxlen=a.maxlen, approximate=True)  # type: ignore[arg-type]
                 if a.wait_replicas:
                     pipe.wait(a.wait_replicas, a.wait_timeout_ms)
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
+                replies = await pipe.execute(raise_on_error=False)
         except BusyLoadingError as exc:  # a -LOADING reply: the XADD was not executed
             self.streak.failed(exc)
             return Outcome(REFUSED, error=describe(exc))

@@ -18,14 +18,13 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
 
 from solutions.connection import REDIS_ERRORS, Client, connect
 from solutions.failover_watch import FailoverWatch
 from solutions.reader import Reader
 from solutions.settings import Settings
 
-Watcher = tuple[str, Coroutine[Any, Any, None]]  # a task name and what it runs beside the parts
+Watcher = tuple[str, Coroutine[object, object, None]]  # a task name and what it runs beside the parts
 
 
 @dataclass(frozen=True)

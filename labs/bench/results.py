@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from rich.table import Table
 
@@ -41,7 +41,7 @@ class Row:
         q1, _, q3 = statistics.quantiles(self.ratios, n=4, method="inclusive")
         return q1, q3
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         data = asdict(self)
         data |= {"median": self.median, "min": min(self.values, default=None), "max": max(self.values, default=None)}
         quartiles = self.ratio_quartiles
@@ -120,7 +120,7 @@ def _same_run(tuned: str, defaults: str) -> bool:
     return key(tuned) == key(defaults)
 
 
-def write_json(rows: list[Row], meta: dict[str, Any], out_dir: Path) -> Path:
+def write_json(rows: list[Row], meta: Mapping[str, object], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"bench-{datetime.now():%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps({"meta": meta, "rows": [r.as_dict() for r in rows]}, indent=2, default=str))

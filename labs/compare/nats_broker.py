@@ -14,6 +14,7 @@ from typing import Any
 import nats
 import nats.errors
 import nats.js.errors
+from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from labs.compare.contract import Delivery, Event, Outcome, Settings
@@ -89,7 +90,7 @@ class NatsBroker:
             for msg in msgs:
                 yield self._delivery(msg)
 
-    def _delivery(self, msg: Any) -> Delivery:
+    def _delivery(self, msg: Msg) -> Delivery:
         meta = msg.metadata
         try:
             event: Event | None = Event.decode(msg.data)

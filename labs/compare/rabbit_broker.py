@@ -15,7 +15,7 @@ from typing import Any
 
 import aio_pika
 import aiormq.exceptions
-from aio_pika.abc import AbstractIncomingMessage
+from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
 from labs.compare.contract import Delivery, Event, Outcome, Settings
 from labs.launcher.rabbitmq import declare_on
@@ -40,7 +40,7 @@ class RabbitBroker:
         return (f"quorum queue, 3 replicas (Raft: confirmed once a majority has it, fsync before the confirm), "
                 f"publisher confirms, persistent messages, x-delivery-limit {self.settings.max_attempts}, DLX")
 
-    async def _open(self) -> Any:
+    async def _open(self) -> AbstractConnection:
         """A connection to the next node that answers."""
         last: BaseException | None = None
         for _ in range(len(self.urls)):

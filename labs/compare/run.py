@@ -12,17 +12,21 @@ import asyncio
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar, TypeVarTuple
 
 import plotly.graph_objects as go
 from rich.progress import Progress
 
 from labs.compare import kafka
 from labs.compare.contract import Settings
-from labs.compare.scenarios import Case, run_case
+from labs.compare.scenarios import Case, Row, run_case
 from labs.compare.sites import KINDS, Sites
 from labs.report import Check, Report, Table, make_console, print_report, write_report
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 log = logging.getLogger(__name__)
 COLUMNS = ("broker", "case", "confirmed", "unknown", "refused", "charged", "lost", "charged_twice",
@@ -46,8 +50,8 @@ def cases(quick: bool) -> list[Case]:
 
 
 async def _run_all(sites: Sites, kinds: tuple[str, ...], plan: list[Case], settings: Settings, work: Path,
-                   progress: Progress) -> list[dict[str, Any]]:
-    rows = []
+                   progress: Progress) -> list[Row]:
+    rows: list[Row] = []
     task = progress.add_task("compare", total=len(plan) * len(kinds))
     for case in plan:
         for kind in kinds:
@@ -61,7 +65,7 @@ async def _run_all(sites: Sites, kinds: tuple[str, ...], plan: list[Case], setti
     return rows
 
 
-def build_report(rows: list[dict[str, Any]], elapsed_s: float, quick: bool, settings: Settings) -> Report:
+def build_report(rows: list[Row], elapsed_s: float, quick: bool, settings: Settings) -> Report:
     report = Report("compare", "Module 4: Redis Streams vs RabbitMQ vs NATS JetStream, same workload, same faults")
     report.tables.append(Table("results (a row per broker and case)", COLUMNS,
                                tuple(tuple(r.get(c, "") for c in COLUMNS) for r in rows)))
@@ -95,7 +99,7 @@ def build_report(rows: list[dict[str, Any]], elapsed_s: float, quick: bool, sett
     return report
 
 
-def _figures(rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+def _figures(rows: list[Row]) -> list[tuple[str, go.Figure]]:
     ok = [r for r in rows if "error" not in r]
     lat = go.Figure()
     for case in ("latency", "throughput"):
@@ -144,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report.passed else 1
 
 
-def in_thread(fn: Any, *args: Any) -> Any:
+def in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
     """``fn(*args)`` in a worker thread: what calls ``asyncio.run`` (starting NATS waits for its stream)
     cannot run on a notebook kernel's own running loop."""
     from concurrent.futures import ThreadPoolExecutor
@@ -154,12 +158,12 @@ def in_thread(fn: Any, *args: Any) -> Any:
 
 
 def run_cases_sync(sites: Sites, kinds: tuple[str, ...], plan: list[Case], settings: Settings,
-                   work: Path) -> list[dict[str, Any]]:
+                   work: Path) -> list[Row]:
     """:func:`_run_all` on an event loop of its own in a worker thread: a notebook's kernel already
     runs a loop, so ``asyncio.run`` cannot be called in it."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def _in_thread() -> list[dict[str, Any]]:
+    def _in_thread() -> list[Row]:
         with Progress(console=make_console(), disable=True) as progress:
             return asyncio.run(_run_all(sites, kinds, plan, settings, work, progress))
 

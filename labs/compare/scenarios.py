@@ -19,7 +19,7 @@ import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from labs.compare.consumer import Charger, Tally, consume
 from labs.compare.contract import Settings
@@ -29,6 +29,46 @@ from solutions.ledger import read_rows
 
 log = logging.getLogger(__name__)
 CRASH_AFTER_CHARGES = 3
+
+
+class Row(TypedDict, total=False):
+    """One broker's figures for one case (``broker`` and ``case`` always; ``error`` alone when the run failed).
+
+    Total=False so that the parts of a row (:func:`_figures`, :func:`_after_fault`) are rows too.
+    """
+
+    broker: str
+    case: str
+    error: str
+    durability: str
+    backlog_held: int
+    rss_before_mb: float
+    rss_held_mb: float
+    rss_mb_per_million: float
+    killed_port: int
+    crash_redelivered_after_s: float | None
+    out_of_order: int
+    sent_attempts: int
+    confirmed: int
+    unknown: int
+    refused: int
+    gave_up: int
+    charged: int
+    charged_twice: int
+    duplicates_absorbed: int
+    dead_lettered: int
+    lost: int
+    lost_ids: list[str]
+    publish_per_s: float | None
+    charges_per_s: float | None
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    poison_attempts: int | None
+    poison_dead_lettered: bool
+    elapsed_s: float
+    first_charge_after_kill_s: float | None
+    longest_gap_s: float | None
 
 
 @dataclass(frozen=True)
@@ -54,7 +94,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> dict[str, Any]:
+async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> Row:
     """Run ``case`` on ``site`` once; the row of figures."""
     queue = f"{case.name}-{uuid.uuid4().hex[:6]}"
     ledger = work / f"{site.kind.replace('+', '-')}-{queue}.sqlite3"
@@ -66,7 +106,7 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> di
     chargers = [Charger(ledger, f"{site.kind}-c{i}", max_attempts=settings.max_attempts) for i in range(case.consumers)]
     stop = asyncio.Event()
     rss_before = await asyncio.to_thread(site.rss_bytes)
-    row: dict[str, Any] = {"broker": site.kind, "case": case.name, "durability": producer.durability()}
+    row: Row = {"broker": site.kind, "case": case.name, "durability": producer.durability()}
     plog: ProduceLog | None = None
     if case.hold:
         plog = await produce(producer, events, rate_per_s=case.rate_per_s, deadline_s=case.produce_deadline_s)
@@ -160,7 +200,7 @@ async def _drain(ledger: Path, plog: ProduceLog, poison: set[str], chargers: lis
     log.warning("%s: drain deadline reached", case.name)
 
 
-async def _retry(fn: Any, attempts: int = 5) -> Any:
+async def _retry(fn: Any, attempts: int = 5) -> Any:  # a broker's coroutine function; None after 0 attempts
     for i in range(attempts):
         try:
             return await fn()
@@ -172,7 +212,7 @@ async def _retry(fn: Any, attempts: int = 5) -> Any:
 
 
 def _figures(ledger: Path, plog: ProduceLog, tallies: list[Tally], dead: list[str], poison: set[str],
-             started: float) -> dict[str, Any]:
+             started: float) -> Row:
     counts = Counter(str(r[0]) for r in read_rows(ledger, "SELECT event_id FROM charges"))
     charged_at = sorted(float(r[0]) for r in read_rows(ledger, "SELECT charged_at FROM charges"))
     latencies = [ms for t in tallies for ms in t.latencies_ms]
@@ -201,7 +241,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def _after_fault(ledger: Path, plog: ProduceLog, killed_at: float) -> dict[str, Any]:
+def _after_fault(ledger: Path, plog: ProduceLog, killed_at: float) -> Row:
     """Seconds from the kill to the first charge of an event first sent after it; the longest gap between charges."""
     first_sent: dict[str, float] = {}
     for a in plog.attempts:

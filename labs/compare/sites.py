@@ -11,7 +11,7 @@ import logging
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from labs.compare.contract import Broker, Settings
 from labs.launcher import topologies
@@ -22,9 +22,17 @@ from labs.launcher.topology import SentinelTopology
 log = logging.getLogger(__name__)
 KINDS = ("redis", "redis+WAIT", "rabbitmq", "nats")
 AOF = ("appendonly yes", "appendfsync everysec")
+Cluster = SentinelTopology | RabbitCluster | NatsCluster
 
 
-def make_broker(kind: str, address: dict[str, Any], queue: str, settings: Settings) -> Broker:
+class BrokerAddress(TypedDict, total=False):
+    """Where a row's brokers answer, as JSON: Redis's ``sentinels`` ([host, port] pairs) or the ``urls``."""
+
+    sentinels: list[list[str | int]]
+    urls: list[str]
+
+
+def make_broker(kind: str, address: BrokerAddress, queue: str, settings: Settings) -> Broker:
     """The adapter of ``kind`` for ``queue`` at ``address`` (``sentinels`` or ``urls``)."""
     if kind.startswith("redis"):
         from dataclasses import replace
@@ -48,8 +56,8 @@ def make_broker(kind: str, address: dict[str, Any], queue: str, settings: Settin
 @dataclass
 class Site:
     kind: str
-    address: dict[str, Any]
-    cluster: Any  # SentinelTopology | RabbitCluster | NatsCluster
+    address: BrokerAddress
+    cluster: Cluster
 
     def broker(self, queue: str, settings: Settings) -> Broker:
         return make_broker(self.kind, self.address, queue, settings)
@@ -105,7 +113,7 @@ class Sites:
 
     run_dir: Path
     sites: dict[str, Site] = field(default_factory=dict)
-    clusters: list[Any] = field(default_factory=list)
+    clusters: list[Cluster] = field(default_factory=list)
 
     def start(self, kinds: tuple[str, ...]) -> Sites:
         """Start the clusters of ``kinds``; they are stopped at the latest when this process exits
@@ -118,7 +126,7 @@ class Sites:
             topo = topologies.on_free_ports("sentinel", self.run_dir / "redis", down_after_ms=1000, extra_config=AOF)
             self.clusters.append(topo)
             addrs = topo.ensure()
-            address = {"sentinels": [list(s) for s in addrs.sentinels]}
+            address: BrokerAddress = {"sentinels": [list(s) for s in addrs.sentinels]}
             for kind in (k for k in kinds if k.startswith("redis")):
                 self.sites[kind] = Site(kind, address, topo)
         if "rabbitmq" in kinds:

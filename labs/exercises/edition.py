@@ -37,6 +37,7 @@ from typing import Any
 import nbformat
 from nbconvert.exporters import NotebookExporter
 from nbconvert.preprocessors import ClearOutputPreprocessor, Preprocessor
+from nbformat import NotebookNode
 from traitlets.config import Config
 
 from labs.grading.release import graded_text
@@ -91,12 +92,12 @@ def check_ids(source: str) -> list[str]:
     return [match["id"] for match in CHECK_CALL.finditer(source)]
 
 
-def is_solution(cell: Any) -> bool:
+def is_solution(cell: NotebookNode) -> bool:
     """True for a cell marked as a solution (nbgrader's ``metadata.nbgrader.solution``)."""
     return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution", False))
 
 
-def raises_in_student_edition(cell: Any) -> bool:
+def raises_in_student_edition(cell: NotebookNode) -> bool:
     """Check cells and the student's own cells may raise: Run All goes on past them."""
     return bool(cell.cell_type == "code" and (check_ids(cell.source) or cell.metadata.get("exercise")))
 
@@ -119,7 +120,7 @@ def guarded_cleanup(source: str) -> str:
     return CLEANUP_GUARD + body
 
 
-def student_code_cells(nb: Any) -> None:
+def student_code_cells(nb: NotebookNode) -> None:
     """Student mode in the first code cell, the guarded clean-up in the last, the prose made true."""
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     if len(code) >= 2:
@@ -135,7 +136,7 @@ class StudentCells(Preprocessor):
     """Tag check and exercise cells ``raises-exception``, drop the source's nbgrader metadata
     (:mod:`labs.grading.release` writes the release's), put the banner first."""
 
-    def preprocess(self, nb: Any, resources: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:
         for cell in nb.cells:
             cell.metadata.pop("nbgrader", None)
             if raises_in_student_edition(cell):

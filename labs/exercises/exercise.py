@@ -6,8 +6,8 @@ names as a mapping, looks at the running Redis (or at the student's objects), an
 returns the success message or raises :class:`Miss` with what is wrong, in Russian, without
 giving the answer away (:func:`expect` is the short form)::
 
-    def _verify(ns: Mapping[str, Any]) -> str:
-        r, stream = ns["r"], ns["P"] + "ex:rescue"
+    def _verify(ns: Mapping[str, object]) -> str:
+        r, stream = client_of(ns), prefix_of(ns) + "ex:rescue"  # labs.exercises.facts
         expect(r.xpending(stream, "billing")["pending"] == 0,
                "В PEL группы ещё есть записи: их надо не только забрать, но и подтвердить.")
         return "PEL пуст, записи на месте в стриме."
@@ -23,11 +23,10 @@ import html
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
-Verify = Callable[[Mapping[str, Any]], str]
+Verify = Callable[[Mapping[str, object]], str]
 
 
 class Miss(Exception):
@@ -115,7 +114,7 @@ class Verdict:
         return self.text
 
 
-def evaluate(exercise: Exercise, namespace: Mapping[str, Any]) -> Verdict:
+def evaluate(exercise: Exercise, namespace: Mapping[str, object]) -> Verdict:
     """Run ``exercise``'s check against ``namespace``; every outcome becomes a Verdict, nothing raises."""
     missing_setup = [name for name in exercise.setup if name not in namespace]
     if missing_setup:
@@ -150,7 +149,7 @@ RERUN_FIRST = (
 )
 
 
-def _server_down(client: Any) -> str | None:
+def _server_down(client: object) -> str | None:
     """The Russian line for a server that does not answer ``PING``, or None when it does (or is no client)."""
     ping = getattr(client, "ping", None)
     if not callable(ping):

@@ -15,10 +15,11 @@ the student's cell left behind; the messages say what to look at, never the numb
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+import redis
 
 from labs.exercises.exercise import Exercise, expect
-from labs.exercises.facts import named_stream, number, of_kind
+from labs.exercises.facts import client_of, named_stream, number, of_kind, prefix_of
 from labs.experiments.eviction import EvictionResult
 
 SOFT_S = 1  # the soft limit's seconds in 01.1
@@ -31,9 +32,9 @@ SMALL_NODE = 10
 POLICIES = ("allkeys-lru", "noeviction", "volatile-lru")
 
 
-def _verify_soft_limit(ns: Mapping[str, Any]) -> str:
+def _verify_soft_limit(ns: Mapping[str, object]) -> str:
     """01.1: restored setting, the subscriber gone, and a gap of about the soft seconds before the cut."""
-    client = ns["r"]
+    client = client_of(ns)
     now = client.config_get("client-output-buffer-limit")["client-output-buffer-limit"]
     expect(
         now == ns["soft_original"],
@@ -52,7 +53,8 @@ def _verify_soft_limit(ns: Mapping[str, Any]) -> str:
         "`soft_over_s` пуст: отметьте момент, когда `omem` подписчика в `CLIENT LIST` впервые превысил 256 КБ "
         "(ищите его по имени `soft_name` после каждого `PUBLISH`).",
     )
-    gap_s = cut_s - number(over_s, "soft_over_s")
+    over = number(over_s, "soft_over_s")
+    gap_s = cut_s - over
     expect(gap_s >= 0, "`soft_cut_s` раньше `soft_over_s`: обе отметки считаются от начала публикации.")
     expect(
         gap_s >= SOFT_GAP_S[0],
@@ -65,16 +67,16 @@ def _verify_soft_limit(ns: Mapping[str, Any]) -> str:
         "пауз длиннее 10 мс (иначе буфер успевает опустеть ниже предела, и отсчёт начинается заново).",
     )
     return (
-        f"Предел перейдён через {float(over_s):.2f} с, разрыв — ещё через {gap_s:.2f} с: мягкий предел "
+        f"Предел перейдён через {over:.2f} с, разрыв — ещё через {gap_s:.2f} с: мягкий предел "
         "даёт отсрочку, а жёсткий выше рвал соединение сразу. Redis считает эту секунду по часам с "
         "точностью до секунды, поэтому отсрочка — от одной до двух секунд."
     )
 
 
-def _verify_no_candidates(ns: Mapping[str, Any]) -> str:
+def _verify_no_candidates(ns: Mapping[str, object]) -> str:
     """01.2: the run's own record says which of the three policies this one behaves like."""
-    result, like = ns["no_candidates"], ns["no_candidates_like"]
-    of_kind(result, EvictionResult, "no_candidates", "результатом `eviction.run_eviction(...)`")
+    like = ns["no_candidates_like"]
+    result = of_kind(ns["no_candidates"], EvictionResult, "no_candidates", "результатом `eviction.run_eviction(...)`")
     expect(result.policy == "volatile-lru", "Нужен прогон с политикой `volatile-lru`, а в `no_candidates` другая.")
     expect(
         result.evicted_keys == 0,
@@ -95,16 +97,19 @@ def _verify_no_candidates(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _nodes(client: Any, stream: str) -> tuple[int, int]:
+def _nodes(client: redis.Redis, stream: str) -> tuple[int, int]:
     """(XLEN, listpack nodes) of a stream: ``XINFO STREAM`` counts its nodes as ``radix-tree-keys``."""
     info = client.xinfo_stream(stream)
     return int(info["length"]), int(info["radix-tree-keys"])
 
 
-def _verify_node_size(ns: Mapping[str, Any]) -> str:
+def _verify_node_size(ns: Mapping[str, object]) -> str:
     """01.3: the excess over MAXLEN ~ is under one node, for nodes of 100 and of 10 entries."""
-    client, prefix = ns["r"], ns["P"]
-    node = int(client.config_get("stream-node-max-entries")["stream-node-max-entries"])
+    client, p = client_of(ns), prefix_of(ns)
+    configured = client.config_get("stream-node-max-entries")["stream-node-max-entries"]
+    if configured is None:  # what int(None) would raise
+        raise TypeError("CONFIG GET stream-node-max-entries gave no value")
+    node = int(configured)
     expect(
         node == DEFAULT_NODE,
         "`stream-node-max-entries` не вернулся к 100: верните его в `finally` той же ячейки (ноутбук выше "
@@ -112,8 +117,8 @@ def _verify_node_size(ns: Mapping[str, Any]) -> str:
     )
     for size in (DEFAULT_NODE, SMALL_NODE):
         named_stream(ns, f"ex:nodes:{size}")
-    length_100, nodes_100 = _nodes(client, f"{prefix}ex:nodes:100")
-    length_10, nodes_10 = _nodes(client, f"{prefix}ex:nodes:10")
+    length_100, nodes_100 = _nodes(client, f"{p}ex:nodes:100")
+    length_10, nodes_10 = _nodes(client, f"{p}ex:nodes:10")
     expect(
         nodes_10 * SMALL_NODE >= length_10,
         "В стриме `ex:nodes:10` узлы не по 10 записей (их видно в `XINFO STREAM`, поле `radix-tree-keys`): "

@@ -20,9 +20,8 @@ notebook's key prefix ``P``:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from labs.exercises.exercise import Exercise, expect
+from labs.exercises.exercise import Exercise, Miss, expect
 from labs.exercises.facts import named_stream, number, of_kind
 from labs.experiments.claiming import ClaimRun
 
@@ -37,12 +36,11 @@ BATCH_WORK_MS = 50  # 02.2
 FORECAST_SLACK = 3  # 02.2: the forecast may miss the measured duplicates by this many (real timings)
 
 
-def _verify_two_failing(ns: Mapping[str, Any]) -> str:
+def _verify_two_failing(ns: Mapping[str, object]) -> str:
     """02.1: both consumers' failures rescued and acked, each journaled under the consumer it failed in."""
     client, stream = named_stream(ns, TWO_STREAM)
     failed = {str(k): str(v) for k, v in client.hgetall(stream + ":failed").items()}
-    journal = ns["two_journal"]
-    of_kind(journal, list | tuple, "two_journal", "списком пар (ID записи, у кого её забрали)")
+    journal = of_kind(ns["two_journal"], (list, tuple), "two_journal", "списком пар (ID записи, у кого её забрали)")
     pending = int(client.xpending(stream, GROUP)["pending"])
     expect(
         pending == 0,
@@ -52,7 +50,8 @@ def _verify_two_failing(ns: Mapping[str, Any]) -> str:
     expect(RESCUER in names, "В группе нет консьюмера `rescuer`: записи забирают `XAUTOCLAIM` от его имени.")
     pairs = {}
     for row in journal:
-        expect(isinstance(row, list | tuple) and len(row) == 2, "Каждая строка `two_journal` — пара (ID, консьюмер).")
+        if not (isinstance(row, list | tuple) and len(row) == 2):
+            raise Miss("Каждая строка `two_journal` — пара (ID, консьюмер).")
         pairs[str(row[0])] = str(row[1])
     expect(
         set(pairs) == set(failed),
@@ -76,9 +75,8 @@ def _verify_two_failing(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _claim_run(ns: Mapping[str, Any], name: str, entries: int) -> ClaimRun:
-    run: ClaimRun = ns[name]
-    of_kind(run, ClaimRun, name, "результатом `claiming.double_processing_run(...)`")
+def _claim_run(ns: Mapping[str, object], name: str, entries: int) -> ClaimRun:
+    run = of_kind(ns[name], ClaimRun, name, "результатом `claiming.double_processing_run(...)`")
     expect(
         (run.min_idle_ms, run.entries) == (BATCH_MIN_IDLE_MS, entries),
         f"`{name}`: нужен прогон с `min_idle_ms=500` и `entries={entries}`.",
@@ -91,7 +89,7 @@ def _claim_run(ns: Mapping[str, Any], name: str, entries: int) -> ClaimRun:
     return run
 
 
-def _verify_batch(ns: Mapping[str, Any]) -> str:
+def _verify_batch(ns: Mapping[str, object]) -> str:
     """02.2: part of a long batch is processed twice, a short batch is not; the forecast is near the count."""
     long_run, short_run = _claim_run(ns, "batch_20", 20), _claim_run(ns, "batch_5", 5)
     expect(
@@ -116,14 +114,12 @@ def _verify_batch(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_where_stuck(ns: Mapping[str, Any]) -> str:
+def _verify_where_stuck(ns: Mapping[str, object]) -> str:
     """02.3: the student's view of the PEL per consumer and its oldest entry's holder, against XPENDING."""
     client, stream = named_stream(ns, STUCK_STREAM)
     by_consumer, holder = ns["pending_by_consumer"], ns["oldest_holder"]
-    expect(
-        isinstance(by_consumer, Mapping),
-        "`pending_by_consumer` должен быть словарём {имя консьюмера: сколько записей у него в PEL}.",
-    )
+    if not isinstance(by_consumer, Mapping):
+        raise Miss("`pending_by_consumer` должен быть словарём {имя консьюмера: сколько записей у него в PEL}.")
     summary = client.xpending(stream, GROUP)
     truth = {str(c["name"]): int(c["pending"]) for c in summary["consumers"]}
     expect(
@@ -149,14 +145,12 @@ def _verify_where_stuck(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_rescue(ns: Mapping[str, Any]) -> str:
+def _verify_rescue(ns: Mapping[str, object]) -> str:
     """02.4: the dead consumer's entries were claimed by ``rescuer``, acked, and are still in the stream."""
     client, stream = named_stream(ns, RESCUE_STREAM)
     rescued = ns["rescued"]
-    expect(
-        isinstance(rescued, list | tuple),
-        "`rescued` должен быть списком ID записей, которые забрал спасатель.",
-    )
+    if not isinstance(rescued, list | tuple):
+        raise Miss("`rescued` должен быть списком ID записей, которые забрал спасатель.")
     head = [str(msg_id) for msg_id, _ in client.xrange(stream, count=DEAD_HELD) or []]
     names = {str(c["name"]) for c in client.xinfo_consumers(stream, GROUP)}
     expect(

@@ -16,28 +16,26 @@ notebook shows it agreeing with ``CLUSTER KEYSLOT`` on a real cluster node.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import redis.crc
 
 from labs.exercises.exercise import Exercise, expect
-from labs.exercises.facts import number, of_kind, stopped
+from labs.exercises.facts import number, of_kind, run_dir_of, stopped
 
 MIN_WRITES = 100  # 03.1 and 03.2: fewer acknowledged writes than this prove little
 WAIT_TIMEOUT_MS = 2000  # 03.2
 TAGGED_KEYS = ("user:{42}:cart", "user:{42}:orders", "{}{42}", "{42}{}")
 
 
-def _ids(ns: Mapping[str, Any], name: str, at_least: int) -> list[Any]:
-    ids = ns[name]
-    of_kind(ids, list | tuple, name, "списком ID, которые вернул `write_acknowledged`")
+def _ids(ns: Mapping[str, object], name: str, at_least: int) -> list[object]:
+    ids = of_kind(ns[name], (list, tuple), name, "списком ID, которые вернул `write_acknowledged`")
     expect(len(ids) >= at_least, f"В `{name}` меньше {at_least} ID: запишите столько, сколько просит задание.")
     return list(ids)
 
 
-def _verify_rdb_only(ns: Mapping[str, Any]) -> str:
+def _verify_rdb_only(ns: Mapping[str, object]) -> str:
     """03.1: what was written before SAVE came back after kill -9, what came after did not."""
-    stopped(ns["RUN_DIR"], "ex-rdb")
+    stopped(run_dir_of(ns), "ex-rdb")
     before, after = _ids(ns, "snapshot_ids", MIN_WRITES), _ids(ns, "later_ids", MIN_WRITES)
     kept = number(ns["rdb_before_snapshot"], "rdb_before_snapshot")
     lost = number(ns["rdb_after_snapshot"], "rdb_after_snapshot")
@@ -68,9 +66,9 @@ def _verify_rdb_only(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_wait_after_cut(ns: Mapping[str, Any]) -> str:
+def _verify_wait_after_cut(ns: Mapping[str, object]) -> str:
     """03.2: WAIT after SIGCONT returns 1 once the replica reconnected and caught up from the backlog."""
-    stopped(ns["RUN_DIR"], "ex-wait")
+    stopped(run_dir_of(ns), "ex-wait")
     cut = _ids(ns, "cut_tail_ids", 10)
     reply, waited_ms = ns["tail_wait"], number(ns["tail_wait_ms"], "tail_wait_ms")
     expect(
@@ -99,10 +97,9 @@ def _verify_wait_after_cut(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_hash_tags(ns: Mapping[str, Any]) -> str:
+def _verify_hash_tags(ns: Mapping[str, object]) -> str:
     """03.3: the forecast against redis-py's CRC16 slots."""
-    forecast = ns["same_slot_as_42"]
-    of_kind(forecast, dict, "same_slot_as_42", "словарём {ключ: True или False}")
+    forecast = of_kind(ns["same_slot_as_42"], dict, "same_slot_as_42", "словарём {ключ: True или False}")
     expect(
         set(forecast) == set(TAGGED_KEYS),
         f"В словаре должны быть ровно эти ключи: {', '.join(TAGGED_KEYS)}.",

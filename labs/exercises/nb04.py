@@ -14,23 +14,27 @@ entries ``rescue_once`` returns) and Redis itself, not the lab runner's internal
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from types import ModuleType
+from typing import ParamSpec, TypeVar
 
 import redis
 
 from labs.exercises.exercise import Exercise, Miss, expect
-from labs.exercises.facts import named_stream, number, of_kind
+from labs.exercises.facts import client_of, iterable, made, named_stream, number, of_kind, prefix_of
 from labs.lab1.impl import load_impl
 
 GROUP = "billing"
 EVENTS = 5  # 04.1 and 04.2: events #1..#5, #5 fails
 EMPTY_BLOCK_MS = 200  # 04.1: an empty read with BLOCK must wait about this long
 RESCUE_MIN_IDLE_MS = 150  # 04.1
+Params = ParamSpec("Params")
+R = TypeVar("R")
 
 
-def _call(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _call(name: str, fn: Callable[Params, R], *args: Params.args, **kwargs: Params.kwargs) -> R:
     """Call one of the student's functions; what it raised becomes one line naming the function."""
     try:
         return fn(*args, **kwargs)
@@ -57,8 +61,8 @@ class _Work:
             raise RuntimeError(f"simulated failure of #{counter}")
 
 
-def _load(spec: Any) -> Any:
-    of_kind(spec, str, "my_impl", "строкой: путь к файлу (`../my_lab1.py`) или имя модуля")
+def _load(value: object) -> ModuleType:
+    spec = of_kind(value, str, "my_impl", "строкой: путь к файлу (`../my_lab1.py`) или имя модуля")
     try:
         return load_impl(spec)
     except Exception as exc:
@@ -66,7 +70,7 @@ def _load(spec: Any) -> Any:
         raise Miss(f"Реализация не загрузилась: {exc}.{where if 'no such file' in str(exc) else ''}") from None
 
 
-def _steps_1_2(impl: Any, client: redis.Redis, stream: str) -> list[str]:
+def _steps_1_2(impl: ModuleType, client: redis.Redis, stream: str) -> list[str]:
     """The group (twice) and five events; the ids produce_one returned."""
     expect(
         _call("ensure_group", impl.ensure_group, client, stream, GROUP) is True,
@@ -77,19 +81,19 @@ def _steps_1_2(impl: Any, client: redis.Redis, stream: str) -> list[str]:
         "Повторный `ensure_group` должен вернуть False: ответ BUSYGROUP значит «группа уже есть».",
     )
     ids = [str(_call("produce_one", impl.produce_one, client, stream, n)) for n in range(1, EVENTS + 1)]
-    entries: Any = client.xrange(stream)
+    entries = client.xrange(stream) or []  # XRANGE answers an array, never nil
     expect(
         [str(i) for i, _ in entries] == ids,
         "`produce_one` должна вернуть ID, который дал `XADD`, по одной записи на вызов.",
     )
     expect(
-        entries[0][1].get("counter") == "1" and entries[0][1].get("type") == "order.paid",
+        (first := entries[0][1] or {}).get("counter") == "1" and first.get("type") == "order.paid",
         "В полях события нет `type=order.paid` и `counter`: пишите `order_fields(counter)`.",
     )
     return ids
 
 
-def _step_3(impl: Any, client: redis.Redis, stream: str, ids: list[str]) -> None:
+def _step_3(impl: ModuleType, client: redis.Redis, stream: str, ids: list[str]) -> None:
     """consume_once: four done and acked after the work, #5 left pending; an empty read waits on BLOCK."""
     work = _Work(client, stream)
     done = _call("consume_once", impl.consume_once, client, stream, GROUP, "billing-1", work, block_ms=500, count=10)
@@ -112,7 +116,7 @@ def _step_3(impl: Any, client: redis.Redis, stream: str, ids: list[str]) -> None
     )
 
 
-def _step_4(impl: Any, client: redis.Redis, stream: str, ids: list[str]) -> None:
+def _step_4(impl: ModuleType, client: redis.Redis, stream: str, ids: list[str]) -> None:
     """rescue_once: a young entry stays; an idle one is taken, redone, acked and journaled with its owner."""
     _, early = _call("rescue_once", impl.rescue_once, client, stream, GROUP, "rescuer", _ok, min_idle_ms=60_000)
     expect(
@@ -141,9 +145,9 @@ def _ok(msg_id: str, fields: Mapping[str, str], worker: str) -> None:
     return None
 
 
-def _verify_impl(ns: Mapping[str, Any]) -> str:
+def _verify_impl(ns: Mapping[str, object]) -> str:
     """04.1: the student's module through steps 1-3 of the notebook, one function at a time."""
-    client, stream = ns["r"], ns["P"] + "ex:impl"
+    client, stream = client_of(ns), prefix_of(ns) + "ex:impl"
     impl = _load(ns["my_impl"])
     client.delete(stream)
     ids = _steps_1_2(impl, client, stream)
@@ -156,7 +160,7 @@ def _verify_impl(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_ack_first(ns: Mapping[str, Any]) -> str:
+def _verify_ack_first(ns: Mapping[str, object]) -> str:
     """04.2: an empty PEL although #5 failed; the loss shows only in the producer's log vs the work log."""
     client, stream = named_stream(ns, "ex:broken")
     group = next(g for g in client.xinfo_groups(stream) if g["name"] == GROUP)
@@ -171,10 +175,9 @@ def _verify_ack_first(ns: Mapping[str, Any]) -> str:
     )
     expect(number(ns["broken_pel"], "broken_pel") == pending, "`broken_pel` не совпадает с `XPENDING` группы.")
     sent = {int(fields["counter"]) for _, fields in client.xrange(stream) or [] if fields}
-    lost = ns["broken_lost"]
-    of_kind(lost, set | frozenset | list | tuple, "broken_lost", "множеством счётчиков")
+    lost = of_kind(ns["broken_lost"], (set, frozenset, list, tuple), "broken_lost", "множеством счётчиков")
     expect(
-        set(lost) == sent - set(ns["broken_done"]),
+        set(lost) == sent - set(iterable(ns["broken_done"])),
         "`broken_lost` не то: это события, которые продюсер записал (счётчики в самом стриме), а работа над ними так "
         "и не удалась (их нет в `broken_done`).",
     )
@@ -185,12 +188,14 @@ def _verify_ack_first(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_hurry(ns: Mapping[str, Any]) -> str:
+def _verify_hurry(ns: Mapping[str, object]) -> str:
     """04.3: the rescuer took entries from a live consumer that failed nothing: each was processed twice."""
     client, stream = named_stream(ns, "ex:hurry")
-    expect(ns["hurry_done"].wait(5), "billing-1 ещё не доработал пачку: запустите проверку через секунду.")
-    journal = ns["hurry_journal"]
-    of_kind(journal, list | tuple, "hurry_journal", "журналом, который вернул `rescue_once` (список строк)")
+    done = made(ns, "hurry_done", threading.Event)
+    expect(done.wait(5), "billing-1 ещё не доработал пачку: запустите проверку через секунду.")
+    journal = of_kind(
+        ns["hurry_journal"], (list, tuple), "hurry_journal", "журналом, который вернул `rescue_once` (список строк)"
+    )
     expect(
         journal,
         "Спасатель ничего не забрал. Вызывайте его сразу после `start_live_batch()` и короткой паузы, пока billing-1 "
@@ -198,7 +203,7 @@ def _verify_hurry(ns: Mapping[str, Any]) -> str:
     )
     owners = {str(j.from_consumer) for j in journal}
     expect(owners == {"billing-1"}, "Все строки журнала должны быть «от billing-1»: другой записей не держал.")
-    live = ns["hurry_live"]
+    live = made(ns, "hurry_live", dict)
     twice = [str(j.msg_id) for j in journal if live.get(str(j.msg_id)) == 0]
     expect(
         twice and len(twice) >= len(journal) - 1,  # the entry billing-1 was handling at the claim may go either way

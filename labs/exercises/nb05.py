@@ -15,7 +15,6 @@ alone); where timing decides (05.1, 05.3), values near the boundary are not judg
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from labs.exercises.exercise import Exercise, expect
 from labs.exercises.facts import named_stream, number, of_kind
@@ -28,11 +27,10 @@ REPLAY_AFTER_MS = 300  # 05.3
 TTL_SLACK_MS = 60  # 05.3: a TTL this close to the replay delay may go either way
 
 
-def _verify_edge(ns: Mapping[str, Any]) -> str:
+def _verify_edge(ns: Mapping[str, object]) -> str:
     """05.1: BLOCK below the socket timeout reads "ok", above it the client reports a dead socket."""
     named_stream(ns, "ex:edge")
-    results = ns["edge_results"]
-    of_kind(results, dict, "edge_results", "словарём {BLOCK в мс: исход}")
+    results = of_kind(ns["edge_results"], dict, "edge_results", "словарём {BLOCK в мс: исход}")
     expect(
         all(isinstance(k, int) and v in ("ok", "TimeoutError") for k, v in results.items()),
         "Ключи `edge_results` — `block_ms` (целые), значения — то, что вернул `block_past_socket_timeout`: "
@@ -58,7 +56,7 @@ def _verify_edge(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_held(ns: Mapping[str, Any]) -> str:
+def _verify_held(ns: Mapping[str, object]) -> str:
     """05.2: a crash right after the batch holds nothing, one entry later it holds the next batch but one."""
     pels = {}
     for after in (COUNT, COUNT + 1):
@@ -81,10 +79,11 @@ def _verify_held(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_ttl(ns: Mapping[str, Any]) -> str:
+def _verify_ttl(ns: Mapping[str, object]) -> str:
     """05.3: a marker that outlives the replay catches it (1 effect); a shorter one lets it through (2)."""
-    effects = ns["effects_by_ttl"]
-    of_kind(effects, dict, "effects_by_ttl", "словарём {TTL метки в мс: сколько раз случился эффект}")
+    effects = of_kind(
+        ns["effects_by_ttl"], dict, "effects_by_ttl", "словарём {TTL метки в мс: сколько раз случился эффект}"
+    )
     expect(
         all(isinstance(k, int) and v in (1, 2) for k, v in effects.items()),
         "Ключи — `ttl_ms` (целые), значения — то, что вернул `late_replay`: число эффектов (1 или 2).",

@@ -19,7 +19,6 @@ run records and compares the student's figures with them (ranges where timing de
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from labs.exercises.exercise import Exercise, expect
 from labs.exercises.facts import named_stream, number, of_kind
@@ -45,9 +44,8 @@ def zero_from(runs: Sequence[ClaimRun]) -> int | None:
     return found
 
 
-def _sweep(ns: Mapping[str, Any], name: str, prefix: str, must_have: Sequence[int]) -> list[ClaimRun]:
-    runs = ns[name]
-    of_kind(runs, list | tuple, name, "списком, который вернул `min_idle_sweep(...)`")
+def _sweep(ns: Mapping[str, object], name: str, prefix: str, must_have: Sequence[int]) -> list[ClaimRun]:
+    runs = of_kind(ns[name], (list, tuple), name, "списком, который вернул `min_idle_sweep(...)`")
     expect(
         bool(runs) and all(isinstance(x, ClaimRun) for x in runs),
         f"`{name}` — список результатов `min_idle_sweep(...)`.",
@@ -65,11 +63,11 @@ def _sweep(ns: Mapping[str, Any], name: str, prefix: str, must_have: Sequence[in
 
 def _curve_checker(
     name: str, prefix: str, must_have: Sequence[int], lesson: Callable[[list[ClaimRun], int | None, float], str]
-) -> Callable[[Mapping[str, Any]], str]:
+) -> Callable[[Mapping[str, object]], str]:
     """06.1 and 06.2: the student's cut-off and p99 read off their own sweep."""
     stem = name.removesuffix("_sweep")
 
-    def verify(ns: Mapping[str, Any]) -> str:
+    def verify(ns: Mapping[str, object]) -> str:
         runs = _sweep(ns, name, prefix, must_have)
         p99 = max(x.handler_p99_ms for x in runs)
         expect(
@@ -119,9 +117,8 @@ def _flat_lesson(runs: list[ClaimRun], cut: int | None, p99: float) -> str:
     )
 
 
-def _race(ns: Mapping[str, Any], name: str, stream: str) -> RaceRun:
-    run: RaceRun = ns[name]
-    of_kind(run, RaceRun, name, "результатом `rescuers_race(...)`")
+def _race(ns: Mapping[str, object], name: str, stream: str) -> RaceRun:
+    run = of_kind(ns[name], RaceRun, name, "результатом `rescuers_race(...)`")
     expect(not run.lease, f"`{name}`: нужен прогон без аренды (`lease=False`).")
     client, key = named_stream(ns, stream)
     expect(client.xlen(key) == run.entries, f'`{name}` шёл не на стриме `P + "{stream}"`.')
@@ -129,7 +126,7 @@ def _race(ns: Mapping[str, Any], name: str, stream: str) -> RaceRun:
     return run
 
 
-def _verify_race(ns: Mapping[str, Any]) -> str:
+def _verify_race(ns: Mapping[str, object]) -> str:
     """06.3: with a batch of one, steals vanish while the work is shorter than min idle, and come back when not."""
     one, slow = _race(ns, "race_one", "ex:race:1"), _race(ns, "race_slow", "ex:race:slow")
     expect(
@@ -149,9 +146,8 @@ def _verify_race(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _pool(ns: Mapping[str, Any], name: str, count: int) -> PoolRun:
-    run: PoolRun = ns[name]
-    of_kind(run, PoolRun, name, "результатом `pool_run(...)`")
+def _pool(ns: Mapping[str, object], name: str, count: int) -> PoolRun:
+    run = of_kind(ns[name], PoolRun, name, "результатом `pool_run(...)`")
     expect(
         (run.count, run.parallelism, run.entries, run.finished) == (count, 8, POOL_ENTRIES, True),
         f"`{name}`: нужен законченный прогон с `count={count}, parallelism=8, entries={POOL_ENTRIES}`.",
@@ -161,11 +157,10 @@ def _pool(ns: Mapping[str, Any], name: str, count: int) -> PoolRun:
     return run
 
 
-def _verify_count_one(ns: Mapping[str, Any]) -> str:
+def _verify_count_one(ns: Mapping[str, object]) -> str:
     """06.4: COUNT 1 costs one XREADGROUP per entry; COUNT 16 a fraction of one."""
     one, sixteen = _pool(ns, "count_one", 1), _pool(ns, "count_sixteen", 16)
-    reads = ns["reads_per_entry"]
-    of_kind(reads, dict, "reads_per_entry", "словарём {COUNT: вызовов XREADGROUP на запись}")
+    reads = of_kind(ns["reads_per_entry"], dict, "reads_per_entry", "словарём {COUNT: вызовов XREADGROUP на запись}")
     expect(set(reads) == {1, 16}, "Ключи `reads_per_entry` — 1 и 16 (значения `count` прогонов).")
     per_one, per_sixteen = number(reads[1], "reads_per_entry[1]"), number(reads[16], "reads_per_entry[16]")
     expect(
@@ -186,10 +181,9 @@ def _verify_count_one(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_long_outage(ns: Mapping[str, Any]) -> str:
+def _verify_long_outage(ns: Mapping[str, object]) -> str:
     """06.5: a 3 s lock with two attempts of 100 ms min idle: nothing dead-lettered, one outage."""
-    run = ns["long_outage"]
-    of_kind(run, OutageRun, "long_outage", "результатом `await locked_ledger_run(...)`")
+    run = of_kind(ns["long_outage"], OutageRun, "long_outage", "результатом `await locked_ledger_run(...)`")
     expect(
         (run.hold_s, run.max_attempts, run.sent, run.finished) == (OUTAGE_HOLD_S, OUTAGE_ATTEMPTS, OUTAGE_EVENTS, True),
         "`long_outage`: нужен законченный прогон с `hold_s=3.0, max_attempts=2, during=40`.",

@@ -19,11 +19,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 from contextlib import closing
-from pathlib import Path
-from typing import Any
 
 from labs.exercises.exercise import Exercise, expect
-from labs.exercises.facts import id_set, named_stream, number, of_kind
+from labs.exercises.facts import id_set, named_stream, number, of_kind, run_dir_of
 from labs.experiments.pool_and_dlq import POISON
 from labs.experiments.worker_procs import charges, pending_ids
 
@@ -33,7 +31,7 @@ LAG_GROWTH = 30  # 07.4: the lag must grow by at least this much over the sample
 LAG_SLACK = 40  # 07.4: between the last sample and the stop the worker may still read a batch or two
 
 
-def _verify_drain_budget(ns: Mapping[str, Any]) -> str:
+def _verify_drain_budget(ns: Mapping[str, object]) -> str:
     """07.1: a short budget leaves the work in the PEL and names it; a long one finishes it."""
     client, short = named_stream(ns, "ex:drain:short")
     _, long_ = named_stream(ns, "ex:drain:long")
@@ -61,10 +59,10 @@ def _verify_drain_budget(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_killed(ns: Mapping[str, Any]) -> str:
+def _verify_killed(ns: Mapping[str, object]) -> str:
     """07.2: SIGKILL during the drain: no 'drain complete' line, the work still in the PEL, nothing charged."""
     client, stream = named_stream(ns, "ex:killed")
-    run_dir: Path = ns["RUN_DIR"]
+    run_dir = run_dir_of(ns)
     log = (run_dir / "w-killed.log").read_text(errors="replace") if (run_dir / "w-killed.log").exists() else ""
     expect("received SIGTERM" in log, "В логе воркера `w-killed` нет `received SIGTERM`: сначала пошлите SIGTERM.")
     expect(
@@ -86,10 +84,10 @@ def _verify_killed(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_broken(ns: Mapping[str, Any]) -> str:
+def _verify_broken(ns: Mapping[str, object]) -> str:
     """07.3: with every second attempt failing, charged + dead-lettered still add up, nobody twice."""
     client, stream = named_stream(ns, "ex:broken")
-    ledger = ns["RUN_DIR"] / "ex-broken.sqlite3"
+    ledger = run_dir_of(ns) / "ex-broken.sqlite3"
     expect(ledger.exists(), 'Леджера `RUN_DIR / "ex-broken.sqlite3"` нет: передайте этот путь в `dlq_run`.')
     with closing(sqlite3.connect(ledger)) as db:
         rows, events = db.execute("SELECT COUNT(*), COUNT(DISTINCT event_id) FROM charges").fetchone()
@@ -113,11 +111,10 @@ def _verify_broken(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_lag(ns: Mapping[str, Any]) -> str:
+def _verify_lag(ns: Mapping[str, object]) -> str:
     """07.4: the group's lag grew while the worker fell behind, and stays after it stopped."""
     client, stream = named_stream(ns, "ex:lag")
-    samples = ns["lag_samples"]
-    of_kind(samples, list | tuple, "lag_samples", "списком чисел — `lag` группы в моменты замеров")
+    samples = of_kind(ns["lag_samples"], (list, tuple), "lag_samples", "списком чисел — `lag` группы в моменты замеров")
     expect(
         len(samples) >= 5 and all(isinstance(x, int) for x in samples),
         "Нужно хотя бы 5 замеров `lag` (целые числа из `XINFO GROUPS`), раз в 0,1 с, пока идёт нагрузка.",

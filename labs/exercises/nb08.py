@@ -26,7 +26,7 @@ from typing import Any
 import redis
 
 from labs.exercises.exercise import Exercise, Miss, expect
-from labs.exercises.facts import id_set, named_stream, number
+from labs.exercises.facts import client_of, id_set, named_stream, number, prefix_of, to_call
 from labs.experiments.worker_procs import delivered_ids, pending_ids
 
 GROUP = "billing"
@@ -45,7 +45,7 @@ def _deliveries(client: redis.Redis, stream: str) -> list[dict[str, str]]:
     return [fields for _, fields in delivered] + [dict(redelivered[0][1])]
 
 
-def _charge(charge_once: Callable[..., Any], db: sqlite3.Connection, event_id: str, amount: Any) -> Any:
+def _charge(charge_once: Callable[..., object], db: sqlite3.Connection, event_id: str, amount: str) -> object:
     """The student's function on one delivery; whatever it raised becomes one line."""
     try:
         return charge_once(db, event_id, amount)
@@ -53,7 +53,7 @@ def _charge(charge_once: Callable[..., Any], db: sqlite3.Connection, event_id: s
         raise Miss(f"`charge_once` упала на событии {event_id}: {type(exc).__name__}: {exc}.") from None
 
 
-def _failed_charge(charge_once: Callable[..., Any], db: sqlite3.Connection) -> None:
+def _failed_charge(charge_once: Callable[..., object], db: sqlite3.Connection) -> None:
     """A charge that fails half-way (NOT NULL on the amount): an error is expected, a swallowed one is fine too."""
     try:
         charge_once(db, "e-broken", None)
@@ -63,13 +63,14 @@ def _failed_charge(charge_once: Callable[..., Any], db: sqlite3.Connection) -> N
         raise Miss(f"`charge_once` упала не ошибкой SQLite: {type(exc).__name__}: {exc}.") from None
 
 
-def _verify_ledger(ns: Mapping[str, Any]) -> str:
+def _verify_ledger(ns: Mapping[str, object]) -> str:
     """08.1: one charge per event through re-sends and redeliveries; a failed charge leaves no marker."""
     charge_once = ns["charge_once"]
-    expect(callable(charge_once), "`charge_once` должна быть функцией `charge_once(db, event_id, amount)`.")
-    deliveries = _deliveries(ns["r"], ns["P"] + "ex:ledger")
+    if not callable(charge_once):
+        raise Miss("`charge_once` должна быть функцией `charge_once(db, event_id, amount)`.")
+    deliveries = _deliveries(client_of(ns), prefix_of(ns) + "ex:ledger")
     with closing(sqlite3.connect(":memory:")) as db:
-        ns["ledger_schema"](db)
+        to_call(ns["ledger_schema"])(db)
         answers = [_charge(charge_once, db, f["event_id"], f["amount"]) for f in deliveries]
         per_event = Counter(e for (e,) in db.execute("SELECT event_id FROM charges"))
         expect(
@@ -96,7 +97,7 @@ def _verify_ledger(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_wait(ns: Mapping[str, Any]) -> str:
+def _verify_wait(ns: Mapping[str, object]) -> str:
     """08.2: WAIT 1 = 1 is never lost; everything the failover lost was marked unknown."""
     confirmed, unknown, missing = (id_set(ns[n], n) for n in ("confirmed_ids", "unknown_ids", "missing_ids"))
     expect(not confirmed & unknown, "Одна запись не может быть и подтверждённой, и с неизвестным исходом.")
@@ -128,7 +129,7 @@ def _verify_wait(ns: Mapping[str, Any]) -> str:
     )
 
 
-def _verify_ack_first(ns: Mapping[str, Any]) -> str:
+def _verify_ack_first(ns: Mapping[str, object]) -> str:
     """08.3: an empty PEL, and the ledger vs what left the PEL names what was acked and never done."""
     client, stream = named_stream(ns, "ex:ackfirst")
     pending = int(client.xpending(stream, GROUP)["pending"])

@@ -19,7 +19,10 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from labs.exercises.exercise import Exercise, expect
+from redis.cluster import RedisCluster
+
+from labs.exercises.exercise import Exercise, Miss, expect
+from labs.exercises.facts import made, prefix_of
 from labs.experiments.cluster_load import master_layout
 from solutions.shards import ShardSet, plan_tags, shard_of
 
@@ -28,8 +31,13 @@ ORDERS, PER_ORDER = 12, 3
 ROUTE_STREAM = "ex:route"
 
 
-def _verify_owner(ns: Mapping[str, Any]) -> str:
-    r, key = ns["r"], ns["P"] + "ex:payments"
+def cluster(ns: Mapping[str, object]) -> Any:
+    """The notebook's ``RedisCluster`` client ``r``, as Any: redis-py leaves most of its methods unannotated."""
+    return made(ns, "r", RedisCluster)
+
+
+def _verify_owner(ns: Mapping[str, object]) -> str:
+    r, key = cluster(ns), prefix_of(ns) + "ex:payments"
     port = ns["owner_port"]
     expect(isinstance(port, int) and not isinstance(port, bool),
            "`owner_port` должен быть числом — портом узла, например 6400.")
@@ -45,10 +53,11 @@ def _verify_owner(ns: Mapping[str, Any]) -> str:
             "значит весь он на этом мастере, сколько бы записей в нём ни было.")
 
 
-def _verify_dlq(ns: Mapping[str, Any]) -> str:
-    r, shard, dlq = ns["r"], ns["P"] + "ex:orders:{7}", ns["dlq_key"]
-    expect(isinstance(dlq, str) and dlq, "`dlq_key` должен быть строкой — именем стрима-DLQ.")
-    expect(dlq.startswith(ns["P"]), "Держите ключи упражнения под префиксом ноутбука: имя DLQ начинается с P.")
+def _verify_dlq(ns: Mapping[str, object]) -> str:
+    r, shard, dlq = cluster(ns), prefix_of(ns) + "ex:orders:{7}", ns["dlq_key"]
+    if not (isinstance(dlq, str) and dlq):
+        raise Miss("`dlq_key` должен быть строкой — именем стрима-DLQ.")
+    expect(dlq.startswith(prefix_of(ns)), "Держите ключи упражнения под префиксом ноутбука: имя DLQ начинается с P.")
     expect(r.keyslot(dlq) == r.keyslot(shard),
            "DLQ в другом слоте, чем шард: скрипт с такими KEYS кластер не выполнит (CROSSSLOT). В слот "
            "ключа решает только hash tag — часть в фигурных скобках.")
@@ -66,15 +75,15 @@ def _verify_dlq(ns: Mapping[str, Any]) -> str:
             "устроены DLQ, аренда спасателя и метки дедупа каждого шарда воркера.")
 
 
-def route_shards(r: Any, prefix: str) -> ShardSet:
+def route_shards(r: RedisCluster, prefix: str) -> ShardSet:
     """The exercise's shards, as its preparing cell makes them (tags planned over the masters)."""
     stream = prefix + ROUTE_STREAM
     return ShardSet(stream, tuple(plan_tags(stream, 3, master_layout(r))))
 
 
-def _verify_route(ns: Mapping[str, Any]) -> str:
-    r = ns["r"]
-    shards = route_shards(r, ns["P"])
+def _verify_route(ns: Mapping[str, object]) -> str:
+    r = cluster(ns)
+    shards = route_shards(r, prefix_of(ns))
     expect(isinstance(ns["sent"], int), "`sent` должен быть числом — сколько событий отправлено.")
     where: dict[str, set[int]] = defaultdict(set)
     seqs: dict[str, list[int]] = defaultdict(list)
@@ -98,10 +107,10 @@ def _verify_route(ns: Mapping[str, Any]) -> str:
             "их по порядку, хотя шарды обрабатываются параллельно.")
 
 
-def _verify_moved(ns: Mapping[str, Any]) -> str:
+def _verify_moved(ns: Mapping[str, object]) -> str:
     four, six = ns["moved_4"], ns["moved_6"]
-    expect(all(isinstance(v, float | int) and 0 <= v <= 1 for v in (four, six)),
-           "`moved_4` и `moved_6` — доли, числа от 0 до 1 (например 0.25).")
+    if not (isinstance(four, float | int) and isinstance(six, float | int) and all(0 <= v <= 1 for v in (four, six))):
+        raise Miss("`moved_4` и `moved_6` — доли, числа от 0 до 1 (например 0.25).")
     ids = [f"order-{i}" for i in range(1000)]
     truth = {n: sum(shard_of(o, 3) != shard_of(o, n) for o in ids) / len(ids) for n in (4, 6)}
     expect(abs(four - truth[4]) < 1e-9,

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import cast
 
 import redis
 
 from labs.exercises.exercise import Exercise, Miss, expect
+from labs.exercises.facts import client_of, made, prefix_of
 from labs.launcher.errors import LauncherError
-from labs.launcher.prom_api import PrometheusAPI
+from labs.launcher.prom_api import PrometheusAPI, Series
 from solutions.stream_ids import id_ms
 
 GROUP = "billing"
@@ -94,12 +95,18 @@ def prepare_stuck_and_quiet(r: redis.Redis, prefix: str) -> tuple[str, str, str]
 # -- the checks ------------------------------------------------------------------------------
 
 
+def prometheus(ns: Mapping[str, object]) -> PrometheusAPI:
+    """The notebook's Prometheus API ``prom``."""
+    return made(ns, "prom", PrometheusAPI)
+
+
 def _last_ms(stream_id: str) -> int:
     return id_ms(stream_id)
 
 
-def _query(prom: PrometheusAPI, expr: str) -> list[dict[str, Any]]:
-    expect(isinstance(expr, str) and expr.strip(), "Запрос должен быть строкой PromQL.")
+def _query(prom: PrometheusAPI, expr: object) -> list[Series]:
+    if not (isinstance(expr, str) and expr.strip()):
+        raise Miss("Запрос должен быть строкой PromQL.")
     try:
         return prom.query(expr)
     except LauncherError as exc:
@@ -115,13 +122,13 @@ def _wait_series(prom: PrometheusAPI, selector: str) -> None:
         time.sleep(0.5)
 
 
-def _for_stream(result: list[dict[str, Any]], stream: str) -> list[dict[str, Any]]:
+def _for_stream(result: list[Series], stream: str) -> list[Series]:
     return [s for s in result if s["metric"].get("stream") == stream]
 
 
-def _verify_lag(ns: Mapping[str, Any]) -> str:
+def _verify_lag(ns: Mapping[str, object]) -> str:
     """10.3: the student's PromQL gives the group's lag in seconds, computed from the two ids."""
-    client, prom, stream = ns["r"], ns["prom"], ns["P"] + LAG_STREAM
+    client, prom, stream = client_of(ns), prometheus(ns), prefix_of(ns) + LAG_STREAM
     query = ns["lag_query"]
     expect(client.exists(stream), "Стрима для задания нет: выполните готовящую ячейку (она перед вашей).")
     expect("stream_group:" not in str(query),
@@ -144,15 +151,16 @@ def _verify_lag(ns: Mapping[str, Any]) -> str:
             "Экспортер 1.45 отдаёт ID как время в мс: этого хватает для отставания во времени, но не в записях.")
 
 
-def _verify_heaviest(ns: Mapping[str, Any]) -> str:
+def _verify_heaviest(ns: Mapping[str, object]) -> str:
     """10.4: the key under the prefix with the largest MEMORY USAGE."""
-    client: redis.Redis = ns["r"]
-    prefix = ns["P"] + BIG_PREFIX
+    client = client_of(ns)
+    prefix = prefix_of(ns) + BIG_PREFIX
     keys = list(client.scan_iter(match=prefix + "*", count=1000))
     expect(len(keys) >= 3, "Ключей задания нет: выполните готовящую ячейку (она перед вашей).")
     usage = {str(k): int(client.memory_usage(k, samples=0) or 0) for k in keys}
     heaviest = ns["heaviest"]
-    expect(isinstance(heaviest, str), "`heaviest` должен быть именем ключа (строкой).")
+    if not isinstance(heaviest, str):
+        raise Miss("`heaviest` должен быть именем ключа (строкой).")
     expect(heaviest in usage, "Такого ключа под префиксом задания нет: берите имена из SCAN с MATCH.")
     expect(usage[heaviest] == max(usage.values()),
            "Это не самый тяжёлый ключ по памяти. --bigkeys сравнивает ключи только внутри типа (хеши и "
@@ -164,14 +172,15 @@ def _verify_heaviest(ns: Mapping[str, Any]) -> str:
 
 def _read_one(client: redis.Redis, stream: str) -> None:
     """The busy group's consumer at work: one entry read and acked (its idle time starts again)."""
-    reply = cast(list[Any], client.xreadgroup(GROUP, "c1", {stream: ">"}, count=1) or [])
+    reply = cast(list[tuple[str, list[tuple[str, dict[str, str]]]]],  # RESP2, decoded
+                 client.xreadgroup(GROUP, "c1", {stream: ">"}, count=1) or [])
     for _, entries in reply:
         client.xack(stream, GROUP, *(msg_id for msg_id, _ in entries))
 
 
-def _verify_no_false_alarm(ns: Mapping[str, Any]) -> str:
+def _verify_no_false_alarm(ns: Mapping[str, object]) -> str:
     """10.5: the expression returns the stuck group, not the quiet one, not the busy one."""
-    client, prom, prefix = ns["r"], ns["prom"], ns["P"]
+    client, prom, prefix = client_of(ns), prometheus(ns), prefix_of(ns)
     stuck, quiet, busy = prefix + STUCK_STREAM, prefix + QUIET_STREAM, prefix + BUSY_STREAM
     expect(all(client.exists(s) for s in (stuck, quiet, busy)),
            "Стримов задания нет: выполните готовящую ячейку (она перед вашей).")

@@ -15,27 +15,28 @@ back from those rows where the namespace has them:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from labs.exercises.exercise import Exercise, Miss, expect
+from labs.exercises.facts import of_kind
 
 REPLICATED_BEFORE_CONFIRM = frozenset({"redis+WAIT", "nats", "rabbitmq"})
 BROKER_DLQ = frozenset({"rabbitmq"})  # x-delivery-limit + DLX; JetStream stops at MaxDeliver; Redis has none
 SETUP = ("rows",)  # [] from the first cell until the run cell fills it (the edition test runs no brokers)
 
 
-def _rows(ns: Mapping[str, Any], case: str) -> dict[str, dict[str, Any]]:
-    return {r["broker"]: r for r in ns.get("rows") or [] if r.get("case") == case and "error" not in r}
+def _rows(ns: Mapping[str, object], case: str) -> dict[str, dict[str, object]]:
+    rows = of_kind(ns.get("rows") or [], (list, tuple), "rows", "списком строк прогона (его заполняет третья ячейка)")
+    return {r["broker"]: r for r in rows if r.get("case") == case and "error" not in r}
 
 
-def _as_set(value: Any, name: str) -> set[str]:
-    if isinstance(value, str) or not hasattr(value, "__iter__"):
+def _as_set(value: object, name: str) -> set[str]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
         raise Miss(f"{name} — это множество имён строк, например {{'nats'}}, а не {type(value).__name__}.")
     return {str(v) for v in value}
 
 
-def _verify_no_loss(ns: Mapping[str, Any]) -> str:
+def _verify_no_loss(ns: Mapping[str, object]) -> str:
     chosen = _as_set(ns["no_loss_by_settings"], "no_loss_by_settings")
     expect("redis" not in chosen, "Строка redis подтверждает XADD до того, как реплика его получила "
                                   "(репликация асинхронная): kill -9 мастера может унести подтверждённое.")
@@ -51,7 +52,7 @@ def _verify_no_loss(ns: Mapping[str, Any]) -> str:
             f"(lost = 0 у {sorted(chosen & set(measured))}). redis без WAIT может потерять хвост при failover.")
 
 
-def _verify_own_dlq(ns: Mapping[str, Any]) -> str:
+def _verify_own_dlq(ns: Mapping[str, object]) -> str:
     chosen = _as_set(ns["own_dlq"], "own_dlq")
     expect("nats" not in chosen, "JetStream после MaxDeliver просто перестаёт доставлять (и шлёт advisory); "
                                  "в <stream>-dlq письмо кладёт наш консьюмер.")

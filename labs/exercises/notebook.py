@@ -16,7 +16,6 @@ import html
 import importlib
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 from labs.exercises.exercise import Exercise, Verdict, evaluate
 
@@ -52,7 +51,7 @@ def find(exercise_id: str) -> Exercise:
     raise KeyError(f"no exercise {exercise_id!r}; notebook {notebook} has {[e.id for e in known]}")
 
 
-def check(exercise_id: str, namespace: Mapping[str, Any] | None = None) -> None:
+def check(exercise_id: str, namespace: Mapping[str, object] | None = None) -> None:
     """Check exercise ``exercise_id`` against ``namespace`` (default: the caller's globals).
 
     Shows the verdict (in a notebook: HTML with the hint behind "Подсказка") and raises
@@ -67,7 +66,7 @@ def check(exercise_id: str, namespace: Mapping[str, Any] | None = None) -> None:
         raise CheckFailed(verdict)
 
 
-def with_retry(verdict: Verdict, names: Mapping[str, Any]) -> Verdict:
+def with_retry(verdict: Verdict, names: Mapping[str, object]) -> Verdict:
     """A failed verdict on a cell that ran gets the way back to a fresh state (``reset("NN.K")``)."""
     exercise = verdict.exercise
     ran = all(name in names for name in (*exercise.setup, *exercise.needs))

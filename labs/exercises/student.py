@@ -86,7 +86,7 @@ def preparing_source(exercise_id: str) -> str | None:
     return _exercise_cells().get(exercise_id, {}).get("prepare")
 
 
-def reset(exercise_id: str, namespace: dict[str, Any] | None = None) -> None:
+def reset(exercise_id: str, namespace: dict[str, object] | None = None) -> None:
     """Run the preparing cell of ``exercise_id`` again (default namespace: the caller's globals)."""
     source = preparing_source(exercise_id)
     if source is None:

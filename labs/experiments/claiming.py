@@ -28,9 +28,10 @@ from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import redis
+
+from labs import replies
 
 GROUP = "billing"
 # Redis counts an entry's idle time from its delivery to its XACK; the consumer sees the same
@@ -139,7 +140,7 @@ class _Run:
     def consume(self, durations_ms: list[float], parallelism: int, timeout_s: float) -> None:
         """``XREADGROUP`` every entry at once, handle them with ``parallelism`` threads, ``XACK`` each."""
         with contextlib.closing(redis.Redis.from_url(self.redis_url, decode_responses=True)) as client:
-            reply: Any = client.xreadgroup(GROUP, "worker", {self.stream: ">"}, count=len(durations_ms))
+            reply = replies.read(client.xreadgroup(GROUP, "worker", {self.stream: ">"}, count=len(durations_ms)))
             ids: list[str] = [msg_id for msg_id, _fields in reply[0][1]]
             read_at = time.monotonic()
             with ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="handler") as pool:

@@ -21,7 +21,6 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -53,7 +52,7 @@ async def measure(topology: ClusterTopology, *, stream: str, reads: int = 300, r
     plain = aioredis.Redis(host=owner[0], port=owner[1])
     try:
         await _prepare(plain, stream)
-        clients: dict[str, Callable[[], Awaitable[Any]]] = {
+        clients: dict[str, Callable[[], Awaitable[object]]] = {
             "RedisCluster": lambda: cluster.xreadgroup(GROUP, CONSUMER, {stream: "0"}, count=PENDING),
             "ClusterRouter": lambda: shard.xreadgroup(GROUP, CONSUMER, {stream: "0"}, count=PENDING),
             "plain client on the owner": lambda: plain.xreadgroup(GROUP, CONSUMER, {stream: "0"}, count=PENDING),
@@ -87,7 +86,7 @@ async def _prepare(client: aioredis.Redis, stream: str) -> None:
     await client.xreadgroup(GROUP, CONSUMER, {stream: ">"}, count=PENDING)
 
 
-async def _count(topology: ClusterTopology, read: Callable[[], Awaitable[Any]], reads: int) -> tuple[int, int]:
+async def _count(topology: ClusterTopology, read: Callable[[], Awaitable[object]], reads: int) -> tuple[int, int]:
     """(all commands, COMMAND GETKEYS) the nodes executed for ``reads`` reads."""
     await asyncio.to_thread(_reset_stats, topology)
     for _ in range(reads):

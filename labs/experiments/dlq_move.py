@@ -44,7 +44,7 @@ def late_dead_letter(client: redis.Redis, stream: str, *, how: str) -> tuple[int
         if how == "multi":
             acked = _multi(client, stream, dlq, msg_id, dead_letter)
         elif how == "script":
-            script: Any = client.register_script(DEAD_LETTER_LUA)
+            script = client.register_script(DEAD_LETTER_LUA)
             acked = int(script(keys=[stream, dlq], args=[GROUP, msg_id, *(x for pair in dead_letter for x in pair)]))
         else:
             raise ValueError(f"how must be 'multi' or 'script', got {how!r}")

@@ -32,7 +32,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -193,7 +192,7 @@ async def graceful_window(
 
 def _ids(client: redis.Redis, stream: str) -> set[str]:
     """Every id the stream holds (``XRANGE - +``; the writers' streams are a few hundred entries)."""
-    entries: Any = client.xrange(stream)
+    entries = client.xrange(stream) or []  # XRANGE answers an array, never nil
     return {msg_id.decode() if isinstance(msg_id, bytes) else str(msg_id) for msg_id, _ in entries}
 
 

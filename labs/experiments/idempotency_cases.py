@@ -21,10 +21,10 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import redis
 
+from labs import replies
 from labs.experiments.read_loop import GROUP, fresh_group
 from labs.launcher import ports
 from labs.launcher.process import RedisProcess
@@ -79,14 +79,13 @@ class CourseMarker:
 
 def read_one(client: redis.Redis, stream: str, consumer: str, start: str = ">") -> tuple[str, dict[str, str]]:
     """``XREADGROUP`` one entry (``>``: new; an id: this consumer's PEL from there)."""
-    reply: Any = client.xreadgroup(GROUP, consumer, {stream: start}, count=1)
-    msg_id, fields = reply[0][1][0]
+    msg_id, fields = replies.read(client.xreadgroup(GROUP, consumer, {stream: start}, count=1))[0][1][0]
     return str(msg_id), dict(fields)
 
 
 def redeliver(client: redis.Redis, stream: str, msg_id: str, to: str) -> tuple[str, dict[str, str]]:
     """A redelivery as the rescuer makes it (``XCLAIM`` with min idle 0 here)."""
-    claimed: Any = client.xclaim(stream, GROUP, to, 0, [msg_id])
+    claimed = replies.claimed(client.xclaim(stream, GROUP, to, 0, [msg_id]))
     return str(claimed[0][0]), dict(claimed[0][1])
 
 

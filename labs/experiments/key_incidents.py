@@ -19,7 +19,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import redis
 
@@ -31,6 +31,8 @@ from labs.launcher.prom_api import PrometheusAPI
 CLI_TIMEOUT_S = 30.0
 _BIGGEST = re.compile(r"^Biggest\s+(\w+) found '?\"?(.+?)\"?'? has (\d+) (\w+)", re.MULTILINE)
 _HOT = re.compile(r"^hot key found with counter: (\d+)\s+keyname: \"?(.+?)\"?$", re.MULTILINE)
+
+T = TypeVar("T")
 
 
 def redis_cli(port: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -133,8 +135,8 @@ class EvictionSeen:
     fired: Fired  # RedisEvictingKeys
 
 
-def _batches(keys: Iterator[Any], size: int = 500) -> Iterator[list[Any]]:
-    batch: list[Any] = []
+def _batches(keys: Iterator[T], size: int = 500) -> Iterator[list[T]]:
+    batch: list[T] = []
     for key in keys:
         batch.append(key)
         if len(batch) == size:

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 log = logging.getLogger(__name__)
 
-FIELDS: dict[Any, Any] = {"type": "order.paid", "order_id": "o-42", "amount": "1234.50"}
+FIELDS: dict[FieldT, EncodableT] = {"type": "order.paid", "order_id": "o-42", "amount": "1234.50"}
 PREFILL_BATCH = 1000
 WARMUP = 200
 

@@ -22,7 +22,6 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import redis
 
@@ -94,7 +93,7 @@ async def locked_ledger_run(
                         add_orders(client, stream, during // 4 + (1 if part < during % 4 else 0))
                         await asyncio.sleep(hold_s / 8)
                     await asyncio.sleep(max(0.0, hold_s - (time.monotonic() - locked_at)))
-                    rows: Any = client.xpending_range(stream, GROUP, min="-", max="+", count=1000)
+                    rows = client.xpending_range(stream, GROUP, min="-", max="+", count=1000)
                     lag = int(client.xinfo_groups(stream)[0]["lag"] or 0)
                 finally:
                     released_at = time.time()

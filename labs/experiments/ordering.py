@@ -24,10 +24,11 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+
+from labs import replies
 
 GROUP = "billing"
 
@@ -54,11 +55,11 @@ def delivery_order(client: redis.Redis, stream: str) -> tuple[list[str], list[st
     ids = [str(client.xadd(stream, {"n": str(i)})) for i in range(5)]
     handed_out: list[str] = []
     for consumer in ("a", "b", "a", "b"):
-        reply: Any = client.xreadgroup(GROUP, consumer, {stream: ">"}, count=1)
+        reply = replies.read(client.xreadgroup(GROUP, consumer, {stream: ">"}, count=1))
         handed_out.append(str(reply[0][1][0][0]))
-    claimed: Any = client.xautoclaim(stream, GROUP, "rescuer", min_idle_time=0, start_id="0-0", count=1)
+    claimed = client.xautoclaim(stream, GROUP, "rescuer", min_idle_time=0, start_id="0-0", count=1)
     handed_out.append(str(claimed[1][0][0]))
-    reply = client.xreadgroup(GROUP, "b", {stream: ">"}, count=1)
+    reply = replies.read(client.xreadgroup(GROUP, "b", {stream: ">"}, count=1))
     handed_out.append(str(reply[0][1][0][0]))
     client.delete(stream)
     return ids, handed_out
@@ -111,7 +112,7 @@ async def ordering_run(
 Handle = Callable[[str, dict[str, str]], Awaitable[None]]
 
 
-def _handler(client: Any, stream: str, rng: random.Random, work_ms: tuple[int, int]) -> Handle:
+def _handler(client: aioredis.Redis, stream: str, rng: random.Random, work_ms: tuple[int, int]) -> Handle:
     async def handle(msg_id: str, fields: dict[str, str]) -> None:
         await asyncio.sleep(rng.uniform(*work_ms) / 1000)  # the work
         await client.rpush(f"{stream}:applied:{fields['order_id']}", fields["seq"])
@@ -120,12 +121,12 @@ def _handler(client: Any, stream: str, rng: random.Random, work_ms: tuple[int, i
     return handle
 
 
-async def _read(client: Any, stream: str, count: int) -> list[tuple[str, dict[str, str]]]:
+async def _read(client: aioredis.Redis, stream: str, count: int) -> list[tuple[str, dict[str, str]]]:
     reply = await client.xreadgroup(GROUP, "worker", {stream: ">"}, count=count, block=100)
-    return [(msg_id, fields) for _stream, entries in (reply or []) for msg_id, fields in entries]
+    return [(msg_id, fields) for _stream, entries in replies.read(reply or []) for msg_id, fields in entries]
 
 
-async def _consume_any_slot(client: Any, stream: str, total: int, parallelism: int, handle: Handle) -> None:
+async def _consume_any_slot(client: aioredis.Redis, stream: str, total: int, parallelism: int, handle: Handle) -> None:
     """Each event to any free slot: the semaphore is the pool (and the reader's backpressure)."""
     slots = asyncio.Semaphore(parallelism)
     tasks: list[asyncio.Task[None]] = []
@@ -145,7 +146,9 @@ async def _consume_any_slot(client: Any, stream: str, total: int, parallelism: i
     await asyncio.gather(*tasks)
 
 
-async def _consume_with_lanes(client: Any, stream: str, total: int, parallelism: int, handle: Handle) -> None:
+async def _consume_with_lanes(
+    client: aioredis.Redis, stream: str, total: int, parallelism: int, handle: Handle
+) -> None:
     """Each event to the lane of its key: one task per lane handles its queue in order."""
     queues: list[asyncio.Queue[tuple[str, dict[str, str]] | None]] = [
         asyncio.Queue(maxsize=parallelism) for _ in range(parallelism)

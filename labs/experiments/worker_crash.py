@@ -29,9 +29,9 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from labs.polling import poll_async as until
 from solutions.settings import Settings
@@ -110,7 +110,9 @@ async def crash_and_rescue(
     """
     started = time.monotonic()
     event_id = f"evt-{uuid.uuid4().hex[:8]}"
-    fields: dict[Any, Any] = {"type": "order.paid", "order_id": "o-1", "amount": "10.00", "event_id": event_id}
+    fields: dict[FieldT, EncodableT] = {
+        "type": "order.paid", "order_id": "o-1", "amount": "10.00", "event_id": event_id
+    }
     with contextlib.closing(redis.Redis.from_url(redis_url, decode_responses=True)) as client:
         client.delete(stream)
         client.xgroup_create(stream, GROUP, id="0", mkstream=True)

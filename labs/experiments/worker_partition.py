@@ -143,8 +143,8 @@ def _drained(master: Any) -> bool:
 
 
 def _event_ids(client: redis.Redis) -> set[str]:
-    entries: Any = client.xrange(STREAM)
-    return {str(fields.get("event_id", "")) for _, fields in entries}
+    entries = client.xrange(STREAM) or []  # XRANGE answers an array, never nil, and every entry its fields
+    return {str((fields or {}).get("event_id", "")) for _, fields in entries}
 
 
 def _tally(run_dir: Path, dedupe: str, kept: set[str], restarts: int, codes: tuple[int, ...],

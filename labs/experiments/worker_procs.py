@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
 
@@ -39,7 +39,7 @@ def producer_command() -> list[str]:
     return [sys.executable, "-m", "solutions.producer"]
 
 
-def flags(**values: Any) -> list[str]:
+def flags(**values: object) -> list[str]:
     """``handler_delay_ms=5`` -> ``["--handler-delay-ms", "5"]``."""
     out: list[str] = []
     for name, value in values.items():
@@ -57,10 +57,10 @@ class WorkerProcess:
 
     @classmethod
     def start(
-        cls, redis_url: str, stream: str, ledger: Path, consumer: str, log_dir: Path, **more: Any
+        cls, redis_url: str, stream: str, ledger: Path, consumer: str, log_dir: Path, **more: object
     ) -> WorkerProcess:
         """Start a worker; ``more`` are extra flags (``min_idle_ms=300`` is ``--min-idle-ms 300``)."""
-        defaults: dict[str, Any] = {"block_ms": 200, "metrics_interval_s": 60, "handler_delay_ms": 0}
+        defaults: dict[str, object] = {"block_ms": 200, "metrics_interval_s": 60, "handler_delay_ms": 0}
         args = flags(redis_url=redis_url, stream=stream, group=GROUP, consumer=consumer, ledger=ledger,
                      **{**defaults, **more})
         log_path = log_dir / f"{consumer}.log"

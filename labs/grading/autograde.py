@@ -25,11 +25,25 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
+
+from nbformat import NotebookNode
 
 from labs.grading import release
 
+if TYPE_CHECKING:
+    from nbgrader.api import Gradebook
+    from nbgrader.apps import NbGraderAPI
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class Grades(TypedDict):
+    """``grades.json`` of one submission: did ``generate_feedback`` succeed, and per notebook each graded
+    cell's ``[score, max_score]``."""
+
+    feedback_ok: NotRequired[bool]
+    notebooks: dict[str, dict[str, list[float]]]
 
 
 @dataclass(frozen=True)
@@ -41,7 +55,7 @@ class Outcome:
     message: str | None
 
 
-def _load_api(root: Path, notebook: str | None = None) -> Any:
+def _load_api(root: Path, notebook: str | None = None) -> NbGraderAPI:
     from nbgrader.apps import NbGraderAPI
     from traitlets.config.loader import PyFileConfigLoader
 
@@ -92,7 +106,7 @@ def feedback_child(root: str, student: str, assignment: str, zeros: dict[str, di
             for exercise, reason in by_exercise.items():
                 _zero(gb, notebook, assignment, student, exercise, reason)
     result = api.generate_feedback(assignment, student, force=True)
-    grades: dict[str, Any] = {"feedback_ok": bool(result.get("success")), "notebooks": {}}
+    grades: Grades = {"feedback_ok": bool(result.get("success")), "notebooks": {}}
     with api.gradebook as gb:
         for notebook in gb.find_assignment(assignment).notebooks:
             with contextlib.suppress(Exception):
@@ -106,7 +120,7 @@ def feedback_child(root: str, student: str, assignment: str, zeros: dict[str, di
     os._exit(0)
 
 
-def _zero(gb: Any, notebook: str, assignment: str, student: str, exercise: str, reason: str) -> None:
+def _zero(gb: Gradebook, notebook: str, assignment: str, student: str, exercise: str, reason: str) -> None:
     from nbgrader.api import MissingEntry
 
     safe = release.safe_id(exercise)
@@ -123,7 +137,7 @@ STOPPED = ("CellTimeoutError", "DeadKernelError")
 SANDBOX_DENIED = ("no permissions to run", "DEBUG command not allowed")
 
 
-def _error_text(cell: Any) -> str | None:
+def _error_text(cell: NotebookNode) -> str | None:
     """The cell's error as one line; a timeout or a dead kernel wins over the interrupt it caused."""
     errors = [output for output in cell.get("outputs", []) if output.get("output_type") == "error"]
     if not errors:
@@ -135,7 +149,7 @@ def _error_text(cell: Any) -> str | None:
     return text
 
 
-def _verdict_text(cell: Any) -> str | None:
+def _verdict_text(cell: NotebookNode) -> str | None:
     for output in cell.get("outputs", []):
         text = output.get("data", {}).get("text/plain", "")
         if isinstance(text, list):
@@ -145,7 +159,7 @@ def _verdict_text(cell: Any) -> str | None:
     return None
 
 
-def exercise_outcomes(notebook: Any) -> dict[str, Outcome]:
+def exercise_outcomes(notebook: NotebookNode) -> dict[str, Outcome]:
     """Per exercise id: the first error among its non-check cells and its check's verdict line."""
     errors: dict[str, str] = {}
     messages: dict[str, str] = {}

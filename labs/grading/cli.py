@@ -24,6 +24,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 
 import nbformat
+from nbformat import NotebookNode
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -140,7 +141,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _middle_exercise(released: object) -> str:
+def _middle_exercise(released: NotebookNode) -> str:
     from labs.grading import release
 
     checks = [release.exercise_of(g) for g, kind in release.grade_ids(released).items() if kind == "check"]

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any
 
 import nbformat
+from nbformat import NotebookNode
 
 from labs.grading import release
 
@@ -107,9 +107,11 @@ class Course:
     notebooks: tuple[str, ...]
     assignment: str = ASSIGNMENT
 
-    def released(self, name: str) -> Any:
+    def released(self, name: str) -> NotebookNode:
         """The notebook ``name`` (no ``.ipynb``) as nbgrader released it."""
-        return nbformat.read(str(self.root / "release" / self.assignment / f"{name}.ipynb"), as_version=4)  # type: ignore[no-untyped-call]
+        path = self.root / "release" / self.assignment / f"{name}.ipynb"
+        released: NotebookNode = nbformat.read(str(path), as_version=4)  # type: ignore[no-untyped-call]
+        return released
 
     def copy_to(self, target: Path, limits: Limits) -> Course:
         """A copy of this course in ``target`` (gradebook included), its config pointing there."""

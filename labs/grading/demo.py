@@ -14,9 +14,9 @@ import functools
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import nbformat
+from nbformat import NotebookNode
 
 from labs.grading import release
 
@@ -38,7 +38,7 @@ def _solution_source(source: str) -> str:
     return "\n".join(line for line in source.splitlines() if line.strip() not in MARKERS)
 
 
-def solved(released: Any, reference: Any) -> Any:
+def solved(released: NotebookNode, reference: NotebookNode) -> NotebookNode:
     """The release with every answer cell holding the reference's solution."""
     nb = copy.deepcopy(released)
     by_id = {cell.get("id"): cell for cell in reference.cells}
@@ -48,34 +48,34 @@ def solved(released: Any, reference: Any) -> Any:
     return nb
 
 
-def _cells_of(nb: Any, exercise: str, prefix: str) -> list[Any]:
+def _cells_of(nb: NotebookNode, exercise: str, prefix: str) -> list[NotebookNode]:
     target = prefix + release.safe_id(exercise)
     return [cell for cell in nb.cells if cell.metadata.get("nbgrader", {}).get("grade_id") == target]
 
 
-def spoil_answer(nb: Any, exercise: str, code: str) -> Any:
+def spoil_answer(nb: NotebookNode, exercise: str, code: str) -> NotebookNode:
     """``nb`` with the answer cell of ``exercise`` replaced by ``code``."""
     for cell in _cells_of(nb, exercise, release.ANSWER_PREFIX):
         cell.source = code
     return nb
 
 
-def _spoil_with(code: str, nb: Any, exercise: str) -> Any:
+def _spoil_with(code: str, nb: NotebookNode, exercise: str) -> NotebookNode:
     return spoil_answer(nb, exercise, code)
 
 
-def delete_check(nb: Any, exercise: str) -> Any:
+def delete_check(nb: NotebookNode, exercise: str) -> NotebookNode:
     nb.cells = [cell for cell in nb.cells if cell not in _cells_of(nb, exercise, release.CHECK_PREFIX)]
     return nb
 
 
-def edit_check(nb: Any, exercise: str) -> Any:
+def edit_check(nb: NotebookNode, exercise: str) -> NotebookNode:
     for cell in _cells_of(nb, exercise, release.CHECK_PREFIX):
         cell.source = 'print("проверка пройдена")  # the check replaced by the student'
     return nb
 
 
-Spoiler = Callable[[Any, str], Any]
+Spoiler = Callable[[NotebookNode, str], NotebookNode]
 SPOILERS: dict[str, Spoiler] = {
     **{kind: functools.partial(_spoil_with, code) for kind, code in BAD_CODE.items()},
     "deleted-locked": delete_check,
@@ -84,7 +84,7 @@ SPOILERS: dict[str, Spoiler] = {
 KINDS = ("solved", "untouched", *SPOILERS, "invalid-json", "lab-never-exits")
 
 
-def write_submission(folder: Path, student: str, notebook_name: str, nb: Any | str,
+def write_submission(folder: Path, student: str, notebook_name: str, nb: NotebookNode | str,
                      assignment: str = "workbook") -> Path:
     """Write one student's notebook (a notebook, or raw text for a broken file) in nbgrader's layout."""
     target = folder / student / assignment / f"{notebook_name}.ipynb"
@@ -96,7 +96,7 @@ def write_submission(folder: Path, student: str, notebook_name: str, nb: Any | s
     return target
 
 
-def make_class(folder: Path, notebook_name: str, released: Any, reference: Any, kinds: Sequence[str],
+def make_class(folder: Path, notebook_name: str, released: NotebookNode, reference: NotebookNode, kinds: Sequence[str],
                exercise: str, *, lab1: bool = False) -> dict[str, str]:
     """One submission per kind in ``folder`` (student ``NN-<kind>``); the kind spoils ``exercise``.
 
@@ -108,7 +108,7 @@ def make_class(folder: Path, notebook_name: str, released: Any, reference: Any, 
         student = f"s{index:02d}-{kind}"
         students[student] = kind
         if kind == "untouched":
-            content: Any = copy.deepcopy(released)
+            content: NotebookNode | str = copy.deepcopy(released)
         elif kind == "invalid-json":
             content = nbformat.writes(solved(released, reference))[:-200]  # type: ignore[no-untyped-call]
         else:

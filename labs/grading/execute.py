@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any
 
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
+from nbformat import NotebookNode
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 
@@ -28,30 +29,33 @@ DEAD_KERNEL = "DeadKernelError"
 MAX_RESTARTS = 10
 
 
-def dead_kernel_output(index: int) -> Any:
+def dead_kernel_output(index: int) -> NotebookNode:
     """The error output that marks the cell whose run killed the kernel."""
-    return new_output(  # type: ignore[no-untyped-call]
+    output: NotebookNode = new_output(  # type: ignore[no-untyped-call]
         "error",
         ename=DEAD_KERNEL,
         evalue=f"ядро Python умерло во время ячейки {index}: её результат потерян, дальше — новое ядро",
         traceback=[f"{DEAD_KERNEL}: ядро умерло (ячейка {index}); следующие ячейки выполнены в новом ядре"],
     )
+    return output
 
 
-def not_run_output(dead_index: int) -> Any:
+def not_run_output(dead_index: int) -> NotebookNode:
     """The error output of a cell of the same exercise after the dead one: not run, so no points."""
-    return new_output(  # type: ignore[no-untyped-call]
+    output: NotebookNode = new_output(  # type: ignore[no-untyped-call]
         "error",
         ename=DEAD_KERNEL,
         evalue=f"не выполнена: ядро умерло в ячейке {dead_index} этого задания",
         traceback=[f"{DEAD_KERNEL}: не выполнена (ядро умерло в ячейке {dead_index} этого задания)"],
     )
+    return output
 
 
 class ResilientExecute(Execute):  # type: ignore[misc]
     """``Execute`` with a fresh kernel (setup cell re-run) after a cell kills the kernel."""
 
-    def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> tuple[Any, Any]:
+    def preprocess(self, nb: NotebookNode, resources: dict[str, object] | None = None,
+                   km: KernelManager | None = None) -> tuple[NotebookNode, dict[str, object]]:
         NotebookClient.__init__(self, nb, km)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
@@ -64,7 +68,7 @@ class ResilientExecute(Execute):  # type: ignore[misc]
         self.set_widgets_metadata()
         return self.nb, self.resources
 
-    def _run_from(self, start: int, setup_index: int | None, resources: Any) -> int | None:
+    def _run_from(self, start: int, setup_index: int | None, resources: dict[str, object] | None) -> int | None:
         """Run cells ``start..`` in one kernel; the index to resume at after a death, else None."""
         with self.setup_kernel():
             info = self.wait_for_reply(self.kc.kernel_info())

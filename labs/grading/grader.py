@@ -18,11 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any
 
 import nbformat
+from nbformat import NotebookNode
 
 from labs.grading import autograde, integrity, labs_checks, release
+from labs.grading.autograde import Grades
 from labs.grading.course import Course, Limits
 from labs.grading.sandbox import Sandbox
 from labs.grading.submissions import Submission
@@ -71,7 +72,7 @@ def forkserver() -> BaseContext:
     return ctx
 
 
-def run_child(ctx: BaseContext, target: Callable[..., None], args: tuple[Any, ...], timeout_s: float,
+def run_child(ctx: BaseContext, target: Callable[..., None], args: tuple[object, ...], timeout_s: float,
               on_timeout: Callable[[], object]) -> bool | None:
     """Run ``target(*args)`` in a child; True/False by its exit code, None when it was killed at the limit."""
     proc = ctx.Process(target=target, args=args)  # type: ignore[attr-defined]
@@ -85,7 +86,7 @@ def run_child(ctx: BaseContext, target: Callable[..., None], args: tuple[Any, ..
     return bool(proc.exitcode == 0)
 
 
-def _checks_of(released: Any) -> list[str]:
+def _checks_of(released: NotebookNode) -> list[str]:
     return [release.exercise_of(gid) or gid for gid, kind in release.grade_ids(released).items() if kind == "check"]
 
 
@@ -144,7 +145,7 @@ class _Grading:
             self.box.kill_all()
             self.box.start_redis()
 
-    def feedback(self) -> dict[str, Any]:
+    def feedback(self) -> Grades:
         args = (str(self.course.root), self.sub.student, self.course.assignment, self.zeros, self.box.env())
         run_child(self.ctx, autograde.feedback_child, args, FEEDBACK_TIMEOUT_S, self.box.kill_all)
         grades_file = self.course.root / "grades.json"
@@ -152,9 +153,10 @@ class _Grading:
             return {"notebooks": {}}
         feedback_dir = self.course.root / "feedback" / self.sub.student / self.course.assignment
         self.result.feedback = sorted(feedback_dir.glob("*.html"))
-        return dict(json.loads(grades_file.read_text(encoding="utf-8")))
+        grades: Grades = json.loads(grades_file.read_text(encoding="utf-8"))  # as feedback_child wrote it
+        return grades
 
-    def notebook_lines(self, grades: dict[str, Any]) -> None:
+    def notebook_lines(self, grades: Grades) -> None:
         for name in self.course.notebooks:
             if name in self.whole or name not in grades["notebooks"]:
                 reason = self.whole.get(name, "нет оценок в журнале nbgrader")

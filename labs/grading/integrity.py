@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import nbformat
+from nbformat import NotebookNode
 
 from labs.grading import release
 
@@ -39,7 +39,7 @@ class Problem:
 class Inspection:
     """A submitted notebook after the checks: repaired (or ``None`` when unreadable) and its problems."""
 
-    notebook: Any | None
+    notebook: NotebookNode | None
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -47,7 +47,7 @@ class Inspection:
         return self.notebook is not None
 
 
-def _exercise_of(cell: Any) -> str | None:
+def _exercise_of(cell: NotebookNode) -> str | None:
     grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
     return cell.get("metadata", {}).get("exercise") or release.exercise_of(grade_id)
 
@@ -56,7 +56,7 @@ def _normalized(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
-def read_submitted(path: Path) -> tuple[Any | None, str | None]:
+def read_submitted(path: Path) -> tuple[NotebookNode | None, str | None]:
     """The notebook at ``path``, or ``None`` and why it cannot be graded."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -70,7 +70,7 @@ def read_submitted(path: Path) -> tuple[Any | None, str | None]:
         return None, f"файл {path.name} не читается как ноутбук ({type(exc).__name__}: {exc})"
 
 
-def inspect(path: Path, released: Any) -> Inspection:
+def inspect(path: Path, released: NotebookNode) -> Inspection:
     """Compare the submitted notebook at ``path`` with the ``released`` one; repair what can be repaired."""
     notebook, unreadable = read_submitted(path)
     if notebook is None:
@@ -91,23 +91,23 @@ def inspect(path: Path, released: Any) -> Inspection:
     return Inspection(notebook, problems)
 
 
-def _grade_id(cell: Any) -> str:
+def _grade_id(cell: NotebookNode) -> str:
     return str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
 
 
-def _is_locked(cell: Any) -> bool:
+def _is_locked(cell: NotebookNode) -> bool:
     meta = cell.get("metadata", {}).get("nbgrader", {})
     return bool(meta.get("locked") or meta.get("grade")) and not meta.get("solution")
 
 
-def _reason(what: str, cell: Any, exercise: str | None) -> str:
+def _reason(what: str, cell: NotebookNode, exercise: str | None) -> str:
     kind = "проверки" if _grade_id(cell).startswith(release.CHECK_PREFIX) else "только для чтения"
     where = f"задания {exercise}" if exercise else "вне заданий"
     cost = "задание не засчитано" if exercise else "ячейка восстановлена, баллы не сняты"
     return f"{what} ячейка {kind} ({_grade_id(cell)}, {where}): {cost}"
 
 
-def _restored(cells: list[Any], released: list[Any], present: set[str]) -> list[Any]:
+def _restored(cells: list[NotebookNode], released: list[NotebookNode], present: set[str]) -> list[NotebookNode]:
     """``cells`` with every locked released cell that is missing put back after its released predecessor."""
     out = list(cells)
     for index, cell in enumerate(released):

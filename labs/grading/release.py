@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import nbformat
+from nbformat import NotebookNode
 
 POINTS_PER_CHECK = 1.0
 SCHEMA_VERSION = 3
@@ -52,8 +53,20 @@ def check_ids(source: str) -> list[str]:
     return [match["id"] for match in _CHECK_CALL.finditer(source)]
 
 
-def _meta(grade_id: str, *, solution: bool = False, grade: bool = False, locked: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {
+class NbgraderMeta(TypedDict):
+    """A cell's ``metadata.nbgrader`` as nbgrader 0.9 reads it (``points`` on a graded cell only)."""
+
+    grade: bool
+    grade_id: str
+    locked: bool
+    schema_version: int
+    solution: bool
+    task: bool
+    points: NotRequired[float]
+
+
+def _meta(grade_id: str, *, solution: bool = False, grade: bool = False, locked: bool = False) -> NbgraderMeta:
+    meta: NbgraderMeta = {
         "grade": grade,
         "grade_id": grade_id,
         "locked": locked,
@@ -66,9 +79,9 @@ def _meta(grade_id: str, *, solution: bool = False, grade: bool = False, locked:
     return meta
 
 
-def cell_metadata(cell: Any, reference: Any | None) -> dict[str, Any]:
+def cell_metadata(cell: NotebookNode, reference: NotebookNode | None) -> NbgraderMeta:
     """The nbgrader metadata for one edition cell, given the reference cell of the same id (if any)."""
-    ref_nbgrader = (reference or {}).get("metadata", {}).get("nbgrader", {})
+    ref_nbgrader = reference.get("metadata", {}).get("nbgrader", {}) if reference else {}
     if ref_nbgrader.get("solution"):
         return _meta(ANSWER_PREFIX + safe_id(ref_nbgrader["grade_id"]), solution=True)
     checked = check_ids(cell.source) if cell.cell_type == "code" else []
@@ -77,7 +90,7 @@ def cell_metadata(cell: Any, reference: Any | None) -> dict[str, Any]:
     return _meta(CELL_PREFIX + safe_id(str(cell.get("id") or "")), locked=True)
 
 
-def graded(student: Any, reference: Any) -> Any:
+def graded(student: NotebookNode, reference: NotebookNode) -> NotebookNode:
     """Write nbgrader metadata on every cell of the student edition ``student`` (in place, returned)."""
     by_id = {cell.get("id"): cell for cell in reference.cells}
     seen: set[str] = set()
@@ -100,7 +113,7 @@ def graded_text(text: str, reference_path: Path) -> str:
     return str(nbformat.writes(graded(student, reference)))  # type: ignore[no-untyped-call]
 
 
-def grade_ids(notebook: Any) -> dict[str, str]:
+def grade_ids(notebook: NotebookNode) -> dict[str, str]:
     """Grade id -> cell kind (``answer``/``check``/``cell``) of a released notebook."""
     found = {}
     for cell in notebook.cells:

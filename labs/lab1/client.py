@@ -9,15 +9,13 @@ so the checker can print each distinct error once, with the command that raised 
 
 from __future__ import annotations
 
-from typing import Any
-
 import redis
 
 SHOWN_ARGS = 8
 ARG_CHARS = 40
 
 
-def command_text(args: tuple[Any, ...]) -> str:
+def command_text(args: tuple[object, ...]) -> str:
     """``XPENDING key group IDLE 200.0 ...``: the command and its first arguments, shortened."""
     parts = [a.decode(errors="replace") if isinstance(a, bytes) else str(a) for a in args[: SHOWN_ARGS + 1]]
     text = " ".join(p if len(p) <= ARG_CHARS else p[: ARG_CHARS - 3] + "..." for p in parts)
@@ -27,7 +25,7 @@ def command_text(args: tuple[Any, ...]) -> str:
 class NamingRedis(redis.Redis):
     """``redis.Redis`` that notes ``from <command ...>`` on every Redis error it raises."""
 
-    def execute_command(self, *args: Any, **options: Any) -> Any:
+    def execute_command(self, *args: object, **options: object) -> object:
         try:
             return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except redis.RedisError as exc:

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labs.experiments.latency import LatencyStats
+from labs.experiments.persistence import SurvivalResult
 from labs.lab1.record import ScenarioResult
 
 GREY, GREEN, RED = "#7f7f7f", "#2ca02c", "#d62728"  # acknowledged, survived, lost: red is the loss
 
 
-def timeline(result: ScenarioResult) -> Any:
+def timeline(result: ScenarioResult) -> go.Figure:
     """Sent and processed over time (top), XPENDING per consumer (bottom), rescues marked."""
     rec = result.recorder
     fig = make_subplots(
@@ -52,7 +52,7 @@ def timeline(result: ScenarioResult) -> Any:
     return fig
 
 
-def survival(results: Sequence[Any]) -> Any:
+def survival(results: Sequence[SurvivalResult]) -> go.Figure:
     """Acknowledged versus survived writes after kill -9, per topology (SurvivalResult-like)."""
     names = [r.topology for r in results]
     fig = go.Figure(
@@ -70,7 +70,7 @@ def survival(results: Sequence[Any]) -> Any:
     return fig
 
 
-def latency(cases: Sequence[tuple[str, LatencyStats]]) -> Any:
+def latency(cases: Sequence[tuple[str, LatencyStats]]) -> go.Figure:
     """Client p50/p99/p99.9 per case (left) beside the server's usec_per_call (right)."""
     labels = [label for label, _ in cases]
     fig = make_subplots(

@@ -25,9 +25,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any
 
 import redis
+from redis.typing import XPendingRangeEntry
 
 from labs.lab1.client import client as naming_client
 from labs.lab1.record import Recorder, Sample, ScenarioResult
@@ -58,9 +58,9 @@ class Work:
         self._attempts: dict[int, int] = {}
         self._lock = threading.Lock()
 
-    def pending(self, msg_id: str) -> dict[str, Any] | None:
+    def pending(self, msg_id: str) -> XPendingRangeEntry | None:
         """``XPENDING stream group msg_id msg_id 1``: the message's PEL row (holder, deliveries), or None once acked."""
-        rows: list[dict[str, Any]] = self.client.xpending_range(
+        rows = self.client.xpending_range(
             self.stream, self.group, min=msg_id, max=msg_id, count=1
         )
         return rows[0] if rows else None
@@ -85,7 +85,7 @@ def _client(url: str, settings: Lab1Settings) -> redis.Redis:
 
 
 def _loop(
-    name: str, stop: threading.Event, rec: Recorder, step: Callable[[], Any], pause_s: float = 0.0
+    name: str, stop: threading.Event, rec: Recorder, step: Callable[[], object], pause_s: float = 0.0
 ) -> None:
     """Call ``step`` until ``stop``; errors are recorded and backed off, a stub ends the loop."""
     while not stop.is_set():
@@ -206,7 +206,7 @@ class Scenario:
     def sample(self) -> Sample:
         """``XLEN`` and the ``XPENDING`` summary (per consumer), recorded."""
         length = int(self.probe.xlen(self.stream))
-        summary: dict[str, Any] = self.probe.xpending(self.stream, self.group)
+        summary = self.probe.xpending(self.stream, self.group)
         by_consumer = {str(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
         return self.rec.add_sample(length, by_consumer)
 

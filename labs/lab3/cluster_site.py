@@ -24,6 +24,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from labs import launcher
+from labs.lab3.deployment import Fault
 from labs.lab3.streams import CellStreams
 from labs.launcher import topologies
 from solutions.cluster_router import ClusterRouter
@@ -87,7 +88,7 @@ class ClusterDeployment:
                 total += sum(1 for c in conn.client_list() if c.get("cmd") == "xreadgroup")
         return total
 
-    def fail_over(self, hard: bool) -> dict[str, Any]:
+    def fail_over(self, hard: bool) -> Fault:
         """``kill -9`` (``hard``) or ``CLUSTER FAILOVER`` of the master that serves slot 0, timed.
 
         Returns ``kind``, ``old`` and ``new``, ``slots`` (the killed master's slot ranges: the

@@ -16,7 +16,7 @@ import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol, TypedDict
 
 import redis
 
@@ -26,6 +26,26 @@ from labs.lab3.streams import CellStreams
 from labs.launcher import topologies
 
 FAILOVER_TIMEOUT_S = 30.0
+
+
+class Fault(TypedDict, total=False):
+    """What a phase's fault did, as the report shows it: its ``kind`` and when (``fault_t``, unix time);
+    a failover's masters and timings, a SIGTERM's restart, a crash's catches, or the ``error`` that stopped it."""
+
+    kind: str
+    error: str
+    fault_t: float
+    old: tuple[str, int]
+    new: tuple[str, int]
+    slots: list[list[int]]  # on a cluster: the failed master's slot ranges
+    promoted_t: float
+    promoted_after_s: float
+    replica_back_after_s: float | None
+    restarted_after_s: float
+    pauses: int
+    caught: int
+    cells: int
+    held_after_kill: int
 
 
 class Deployment(Protocol):
@@ -53,7 +73,7 @@ class Deployment(Protocol):
         """The lab's own client of the current master (decoded replies, short timeouts)."""
         ...
 
-    def fail_over(self, hard: bool) -> dict[str, Any]:
+    def fail_over(self, hard: bool) -> Fault:
         """Fail the master over under load; returns what happened (see :class:`SentinelDeployment`)."""
         ...
 
@@ -78,7 +98,7 @@ class SentinelDeployment:
 
     sentinels: tuple[tuple[str, int], ...] = ()
     master_name: str = "mymaster"
-    fault: dict[str, Any] = field(default_factory=dict)
+    fault: Fault = field(default_factory=lambda: Fault())
 
     def ensure(self) -> None:
         addrs = launcher.ensure("sentinel")
@@ -97,7 +117,7 @@ class SentinelDeployment:
     def client(self) -> redis.Redis:
         return master_client(self.sentinels, self.master_name)
 
-    def fail_over(self, hard: bool) -> dict[str, Any]:
+    def fail_over(self, hard: bool) -> Fault:
         """``kill -9`` of the master (``hard``) or ``SENTINEL FAILOVER``, timed.
 
         Returns ``kind``, ``old`` and ``new`` (the masters), ``fault_t`` (when the fault hit),
@@ -118,7 +138,7 @@ class SentinelDeployment:
         topo.server(old[1]).kill(signal.SIGKILL)
         new = topo.wait_new_master(old, deadline)
         promoted_t = time.time()
-        fault = {"kind": "kill -9", "old": old, "new": new, "fault_t": fault_t, "promoted_t": promoted_t,
+        fault: Fault = {"kind": "kill -9", "old": old, "new": new, "fault_t": fault_t, "promoted_t": promoted_t,
                  "promoted_after_s": promoted_t - fault_t}
         topo.wait_switched(new, deadline)
         topo.start(topo.server(old[1]))

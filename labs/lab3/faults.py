@@ -29,12 +29,11 @@ import logging
 import signal
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import redis
 
 from labs.lab3.cell import GROUP, Cell
-from labs.lab3.deployment import Deployment
+from labs.lab3.deployment import Deployment, Fault
 from labs.lab3.record import CrashRecord, read_charges
 from labs.lab3.settings import VICTIM, Lab3Settings
 
@@ -46,7 +45,7 @@ AFTER_KILL_S = 0.3  # the server has seen the dead connection close by then
 BURST_S = 0.1  # between two pauses: the workers read the burst of held sends and start on it
 
 
-def fail_over(site: Deployment, s: Lab3Settings) -> dict[str, Any]:
+def fail_over(site: Deployment, s: Lab3Settings) -> Fault:
     try:
         return site.fail_over(hard=s.failover == "hard")
     except Exception as exc:  # the phase goes on; the failover check says it did not happen
@@ -54,7 +53,7 @@ def fail_over(site: Deployment, s: Lab3Settings) -> dict[str, Any]:
         return {"kind": f"failover ({s.failover})", "error": repr(exc)}
 
 
-def sigterm(cells: Sequence[Cell], s: Lab3Settings, client: redis.Redis) -> tuple[dict[str, Any], dict[str, list[str]]]:
+def sigterm(cells: Sequence[Cell], s: Lab3Settings, client: redis.Redis) -> tuple[Fault, dict[str, list[str]]]:
     """SIGTERM to the victim of every cell; returns the fault and, per cell, the events acked but not done."""
     fault_t = time.time()
     for cell in cells:
@@ -88,7 +87,7 @@ def _acked_not_done(cell: Cell, client: redis.Redis) -> list[str]:
 
 
 def crash(cells: Sequence[Cell], s: Lab3Settings, site: Deployment,
-          client: redis.Redis) -> tuple[dict[str, Any], dict[str, CrashRecord]]:
+          client: redis.Redis) -> tuple[Fault, dict[str, CrashRecord]]:
     """kill -9 of the victim of every cell while it holds charged, unacknowledged messages (see above)."""
     return Crash(cells, s, site, client).run()
 
@@ -102,7 +101,7 @@ class Crash:
         self.cells = list(cells)
         self.left = [c for c in cells if c.running(VICTIM)]
 
-    def run(self) -> tuple[dict[str, Any], dict[str, CrashRecord]]:
+    def run(self) -> tuple[Fault, dict[str, CrashRecord]]:
         fault_t = time.time()
         pauses = 0
         while self.left and pauses < self.s.crash_tries:
@@ -121,7 +120,7 @@ class Crash:
             self._kill(cell, [])
         self._after_kills(never)
         records = self.records.values()
-        fault = {"kind": f"kill -9 of {VICTIM} between its charge and its XACK", "fault_t": fault_t,
+        fault: Fault = {"kind": f"kill -9 of {VICTIM} between its charge and its XACK", "fault_t": fault_t,
                  "pauses": pauses, "caught": sum(r.caught for r in records), "cells": len(self.cells),
                  "held_after_kill": sum(len(r.held_after_kill) for r in records)}
         return fault, self.records

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 import plotly.graph_objects as go
 from plotly.colors import qualitative
@@ -27,7 +26,7 @@ def throughput(run: Run) -> tuple[list[float], list[int]]:
     return [x * BIN_S for x in xs], [int(bins.get(x, 0) / BIN_S) for x in xs]
 
 
-def mode_figure(variant: str, runs: Sequence[Run]) -> Any:
+def mode_figure(variant: str, runs: Sequence[Run]) -> go.Figure:
     """Three rows for one mode: charges/s, group lag, pending; one line per strategy (and WAIT)."""
     fig = make_subplots(
         rows=3,
@@ -63,7 +62,7 @@ def mode_figure(variant: str, runs: Sequence[Run]) -> Any:
     return fig
 
 
-def figures(runs: Sequence[Run]) -> list[tuple[str, Any]]:
+def figures(runs: Sequence[Run]) -> list[tuple[str, go.Figure]]:
     """One figure per mode (the failover figure holds the runs with and without WAIT), first repeat."""
     shown = [r for r in runs if r.repeat == 1]
     modes: list[str] = []

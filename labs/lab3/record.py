@@ -18,7 +18,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from labs.lab3.deliveries import PelSample
 from solutions.ledger import read_rows
@@ -87,7 +86,7 @@ class CellRecord:
     lag_end: int
     samples: list[Sample]
     pels: list[PelSample] = field(default_factory=list)
-    exits: list[dict[str, Any]] = field(default_factory=list)
+    exits: list[dict[str, object]] = field(default_factory=list)
     t0: float = 0.0
     produce_end: float = 0.0
     fault_t: float | None = None

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from rich.console import Console
 from rich.markup import escape
@@ -108,7 +108,14 @@ def run_lab(
     return Lab3Report(report, paths, runs)
 
 
-def worker_args(values: Sequence[str]) -> dict[str, Any]:
+class WorkerArgs(TypedDict, total=False):
+    """``run_lab``'s and ``run_checks``' ``worker=`` (the one worker under test) or ``workers=`` (several, named)."""
+
+    worker: str | None
+    workers: dict[str, str | None]
+
+
+def worker_args(values: Sequence[str]) -> WorkerArgs:
     """``run_lab``'s ``worker=`` (one ``--worker``) or ``workers=`` (several)."""
     if len(values) > 1:
         return {"workers": parse_workers(values)}

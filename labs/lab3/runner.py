@@ -15,12 +15,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from labs.lab3.cell import Cell
 from labs.lab3.cluster_site import ClusterDeployment
 from labs.lab3.contract import WorkerSpec
-from labs.lab3.deployment import Deployment, SentinelDeployment
+from labs.lab3.deployment import Deployment, Fault, SentinelDeployment
 from labs.lab3.measure import CellResult, measure
 from labs.lab3.record import CellRecord
 from labs.lab3.scenario import Notify, Phase
@@ -59,7 +58,7 @@ class PhaseTiming:
     mode: str
     repeat: int
     durations_s: dict[str, float]
-    fault: dict[str, Any]
+    fault: Fault
 
 
 @dataclass

@@ -21,13 +21,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import redis
 
 from labs.lab3 import faults
 from labs.lab3.cell import GROUP, Cell
-from labs.lab3.deployment import Deployment
+from labs.lab3.deployment import Deployment, Fault
 from labs.lab3.record import CellRecord, CrashRecord, entries_by_event, read_charges, read_sends
 from labs.lab3.sampler import Sampler
 from labs.lab3.settings import Lab3Settings
@@ -43,7 +42,7 @@ Notify = Callable[[str, float], None]
 
 
 
-def dead_at_start(cell: Any, lines: int = TAIL_LINES) -> list[str]:
+def dead_at_start(cell: Cell, lines: int = TAIL_LINES) -> list[str]:
     """``billing-1 exited at start (exit code 1): <its last output lines>`` for each worker of ``cell`` that died."""
     return [
         f"{consumer} exited at start (exit code {proc.poll()}): {log_tail(cell.worker_log(consumer), lines)}"
@@ -71,7 +70,7 @@ class PhaseResult:
     mode: str
     records: list[tuple[Cell, CellRecord]]
     durations_s: dict[str, float] = field(default_factory=dict)
-    fault: dict[str, Any] = field(default_factory=dict)
+    fault: Fault = field(default_factory=lambda: Fault())
 
 
 class Phase:
@@ -82,7 +81,7 @@ class Phase:
         self.mode, self.cells, self.s, self.site = mode, list(cells), s, site
         self.notify = notify or (lambda text, fraction: None)
         self.client = site.client()
-        self.fault: dict[str, Any] = {}
+        self.fault: Fault = {}
         self.acked_not_done: dict[str, list[str]] = {}
         self.crashes: dict[str, CrashRecord] = {}
         self._threads: list[threading.Thread] = []
@@ -253,7 +252,7 @@ class Phase:
             for cell in self.cells:
                 cell.kill_all()
             self.client.close()
-        return PhaseResult(self.mode, records, _durations(marks), dict(self.fault))
+        return PhaseResult(self.mode, records, _durations(marks), self.fault.copy())
 
 
 def hit_shards(names: Sequence[str], slots: Sequence[Sequence[int]] | None) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from labs.lab3 import conclusions, figures
 from labs.lab3.checks import evaluate
+from labs.lab3.deployment import Fault
 from labs.lab3.measure import CellResult
 from labs.lab3.runner import LabRuns, Run
 from labs.lab3.settings import COURSE_METRICS_INTERVAL_S
@@ -111,7 +112,7 @@ def _counted(n: int, noun: str) -> str:
 
 
 def timing_table(lab: LabRuns) -> Table:
-    rows: list[tuple[Any, ...]] = []
+    rows: list[tuple[object, ...]] = []
     for p in lab.phases:
         steps = ", ".join(f"{k} {v:.1f}" for k, v in p.durations_s.items())
         rows.append((p.mode, p.repeat, round(sum(p.durations_s.values()), 1), steps, _fault_text(p.fault)))
@@ -133,7 +134,7 @@ def shard_table(runs: Sequence[Run]) -> Table | None:
                  ("mode", "dedupe", "shard", "tag", "fault", "downtime s"), tuple(rows))
 
 
-def _fault_text(fault: dict[str, Any]) -> str:
+def _fault_text(fault: Fault) -> str:
     if not fault:
         return ""
     parts = [str(fault.get("kind", ""))]
@@ -181,10 +182,10 @@ def _failover_text(lab: LabRuns) -> str:
     return "kill -9 of the master" if hard else "SENTINEL FAILOVER (graceful)"
 
 
-def report_data(lab: LabRuns) -> dict[str, Any]:
+def report_data(lab: LabRuns) -> dict[str, object]:
     """``results[strategy][mode]`` (``results["<worker>/<strategy>"]`` with several workers under
     test): every run and the min/median/max of each figure."""
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, object]] = {}
     for (worker, variant, strategy), items in groups(lab.runs).items():
         summary = {f: spread([getattr(x, f) for x in items]) for f, _ in FIGURES}
         key = f"{worker}/{strategy}" if worker else strategy

@@ -15,9 +15,9 @@ as in Redis's own packages); the wheel has no cli, so ``redis-cli`` is Debian's 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from labs.launcher.errors import LauncherError
 
@@ -86,7 +86,7 @@ def current() -> Flavour:
         raise LauncherError(f"{FLAVOUR_VAR}={name!r} is not a server flavour; use one of {known}") from None
 
 
-def describe(info: dict[str, Any]) -> str:
+def describe(info: Mapping[str, object]) -> str:
     """``INFO server`` as ``valkey8 (Valkey 8.0.1)``: Valkey also reports ``redis_version:7.2.4``."""
     if str(info.get("server_name", "")).lower() == "valkey" or "valkey_version" in info:
         product, shown = "Valkey", str(info.get("valkey_version", "?"))
@@ -96,7 +96,7 @@ def describe(info: dict[str, Any]) -> str:
     return f"{product.lower()}{major} ({product} {shown})"
 
 
-def server_version(info: dict[str, Any]) -> tuple[int, int, int]:
+def server_version(info: Mapping[str, object]) -> tuple[int, int, int]:
     """The server's own version from ``INFO server`` (Valkey's ``valkey_version``, else ``redis_version``)."""
     raw = str(info.get("valkey_version") or info.get("redis_version") or "0.0.0")
     parts = [int(p) if p.isdigit() else 0 for p in raw.split(".")[:3]]

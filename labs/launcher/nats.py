@@ -16,13 +16,18 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from labs.launcher import ports
 from labs.launcher.broker_process import BrokerProcess, rss_bytes
 from labs.launcher.errors import LauncherError
+
+if TYPE_CHECKING:  # nats-py is imported where it is used: only the nats topology needs it
+    from nats.js import JetStreamContext
+    from nats.js.api import StreamConfig
 
 PORTS_VAR = "LAB_NATS_PORTS"
 DEFAULT_PORTS = (4230, 4231, 4232)
@@ -43,12 +48,19 @@ def binary() -> str:
     return found
 
 
-def stream_config(name: str = STREAM, replicas: int = 3) -> Any:
+def stream_config(name: str = STREAM, replicas: int = 3) -> StreamConfig:
     """A file-backed stream of ``replicas`` over ``<name>.>`` with the ``Nats-Msg-Id`` dedupe window."""
     from nats.js.api import StorageType, StreamConfig  # local: only the nats topology needs nats-py
 
     return StreamConfig(name=name, subjects=[f"{name}.>"], num_replicas=replicas, storage=StorageType.FILE,
                         duplicate_window=DUPLICATE_WINDOW_S)
+
+
+class StreamCluster(TypedDict):
+    """Where a JetStream stream lives: its leader's server name and each replica's ``(name, current)``."""
+
+    leader: str | None
+    replicas: Sequence[tuple[str | None, bool | None]]
 
 
 @dataclass
@@ -151,7 +163,7 @@ class NatsCluster:
         return self.port_of(str(info["leader"]))
 
 
-async def stream_cluster(urls: list[str], stream: str) -> dict[str, Any]:
+async def stream_cluster(urls: list[str], stream: str) -> StreamCluster:
     """``{'leader': name, 'replicas': [(name, current), ...]}`` of ``stream``."""
     import nats
 
@@ -165,7 +177,7 @@ async def stream_cluster(urls: list[str], stream: str) -> dict[str, Any]:
     return {"leader": cluster.leader if cluster else None, "replicas": replicas}
 
 
-async def ensure_stream(js: Any, stream: str, replicas: int = 3) -> None:
+async def ensure_stream(js: JetStreamContext, stream: str, replicas: int = 3) -> None:
     """Create ``stream`` (and ``<stream>-dlq``) when missing."""
     from nats.js.errors import NotFoundError
 
@@ -176,7 +188,7 @@ async def ensure_stream(js: Any, stream: str, replicas: int = 3) -> None:
             await js.add_stream(stream_config(name, replicas))
 
 
-async def wait_stream(urls: list[str], stream: str, timeout_s: float) -> dict[str, Any]:
+async def wait_stream(urls: list[str], stream: str, timeout_s: float) -> StreamCluster:
     """Poll until JetStream answers, ``stream`` exists with a leader and every replica is current."""
     import nats
 

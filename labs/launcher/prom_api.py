@@ -13,7 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from labs.launcher.errors import LauncherError
 
@@ -43,6 +43,15 @@ class Target:
     health: str  # up, down or unknown (not scraped yet)
     labels: dict[str, str]
     last_error: str
+
+
+class Series(TypedDict, total=False):
+    """One series of a query's ``result``: its labels, and its ``[unix time, "value"]`` pair (an instant
+    query) or pairs (a range query, or an instant query of a range selector)."""
+
+    metric: Required[dict[str, str]]
+    value: tuple[float, str]
+    values: list[tuple[float, str]]
 
 
 class PrometheusAPI:
@@ -84,12 +93,12 @@ class PrometheusAPI:
         """Firing alerts (of one name)."""
         return [a for a in self.alerts() if a.state == "firing" and (name is None or a.name == name)]
 
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+    def query(self, expr: str, at: float | None = None) -> list[Series]:
         """An instant query; the ``result`` list (``metric`` and ``value`` or ``values``)."""
         params = {"query": expr} | ({"time": f"{at:.3f}"} if at is not None else {})
         return list(self.get("query", **params)["result"])
 
-    def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
+    def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[Series]:
         """A range query from ``start`` to ``end`` (unix seconds); ``result`` with ``values`` lists."""
         return list(
             self.get("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=f"{step_s:g}")["result"]
@@ -116,7 +125,7 @@ class PrometheusAPI:
         return min(stamps) if stamps else None
 
 
-def _error_body(exc: urllib.error.HTTPError) -> dict[str, Any]:
+def _error_body(exc: urllib.error.HTTPError) -> dict[str, object]:
     try:
         return dict(json.load(exc))
     except (ValueError, OSError):

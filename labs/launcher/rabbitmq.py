@@ -24,11 +24,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from labs.launcher import ports
 from labs.launcher.broker_process import BrokerProcess, rss_bytes
 from labs.launcher.errors import LauncherError
+
+if TYPE_CHECKING:  # aio-pika is imported where it is used
+    from aio_pika.abc import AbstractChannel, AbstractQueue
+    from pamqp.common import FieldTable
 
 PORTS_VAR = "LAB_RABBITMQ_PORTS"
 EPMD_PORT_VAR = "LAB_EPMD_PORT"
@@ -42,7 +46,7 @@ NODE_START_TIMEOUT_S = 90.0
 CTL_TIMEOUT_S = 60.0
 
 
-def queue_arguments(delivery_limit: int = DELIVERY_LIMIT, dlx: str = "dlx") -> dict[str, Any]:
+def queue_arguments(delivery_limit: int = DELIVERY_LIMIT, dlx: str = "dlx") -> FieldTable:
     """A quorum queue that dead-letters (at least once, 3.10+) after ``delivery_limit`` deliveries.
 
     ``x-dead-letter-strategy: at-least-once`` requires ``x-overflow: reject-publish``: a full
@@ -69,6 +73,17 @@ def binary(name: str) -> str:
             "(apt-get install --no-install-recommends rabbitmq-server nats-server)"
         )
     return found
+
+
+class QueueInfo(TypedDict, total=False):
+    """A row of ``rabbitmqctl list_queues name type leader members online messages --formatter json``."""
+
+    name: str
+    type: str
+    leader: str
+    members: list[str]
+    online: list[str]
+    messages: int
 
 
 @dataclass
@@ -235,12 +250,13 @@ class RabbitCluster:
         data = json.loads(self.ctl("cluster_status", "--formatter", "json"))
         return [str(n) for n in data.get("running_nodes", [])]
 
-    def queue_info(self, queue: str = QUEUE) -> dict[str, Any] | None:
+    def queue_info(self, queue: str = QUEUE) -> QueueInfo | None:
         """``name, leader, members, online`` of ``queue`` (None when it does not exist)."""
         out = self.ctl("list_queues", "name", "type", "leader", "members", "online", "messages", "--formatter", "json")
         for row in json.loads(out or "[]"):
             if row.get("name") == queue:
-                return dict(row)
+                info: QueueInfo = row  # a fresh object of the JSON just parsed
+                return info
         return None
 
     def leader_port(self, queue: str = QUEUE) -> int:
@@ -268,9 +284,9 @@ class RabbitCluster:
             time.sleep(0.5)
         raise LauncherError(f"the RabbitMQ cluster did not form in {timeout_s:.0f} s: {problem}")
 
-    def wait_queue(self, queue: str, timeout_s: float) -> dict[str, Any]:
+    def wait_queue(self, queue: str, timeout_s: float) -> QueueInfo:
         deadline = time.monotonic() + timeout_s
-        info: dict[str, Any] | None = None
+        info: QueueInfo | None = None
         while time.monotonic() < deadline:
             info = self.queue_info(queue)
             if info and len(info.get("online") or []) == len(self.nodes) and info.get("leader"):
@@ -296,7 +312,7 @@ async def _declare(url: str, queue: str, delivery_limit: int) -> None:
         await declare_on(channel, queue, delivery_limit)
 
 
-async def declare_on(channel: Any, queue: str, delivery_limit: int = DELIVERY_LIMIT) -> Any:
+async def declare_on(channel: AbstractChannel, queue: str, delivery_limit: int = DELIVERY_LIMIT) -> AbstractQueue:
     """Declare the dead-letter exchange, ``<queue>.dlq`` (quorum) bound to it, and ``queue``; the queue."""
     import aio_pika
 

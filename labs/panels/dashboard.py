@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -32,6 +33,9 @@ from labs.panels.dashboard_sample import DashboardSample, rate, settled_for, ver
 from labs.panels.monitor import MonitorThread
 from labs.panels.scrape import SCRAPE_TIMEOUT_S, WorkerNumbers, scrape
 from labs.panels.streams_info import StreamStats, read_stream_stats, snapshot_client
+
+if TYPE_CHECKING:
+    import ipywidgets as widgets
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,7 @@ class MetricsDashboard(MonitorThread[DashboardSample]):
         self.figure = DashboardFigure(title)
 
     @property
-    def widget(self) -> Any:
+    def widget(self) -> widgets.VBox:
         """The ipywidgets container to ``display()``: status line above four charts."""
         return self.figure.widget
 
@@ -141,7 +145,7 @@ class MetricsDashboard(MonitorThread[DashboardSample]):
             )
             self._samples = [*self._samples[-(MAX_SAMPLES - 1):], sample]
 
-    def _safely(self, action: Any) -> None:
+    def _safely(self, action: Callable[[], object]) -> None:
         """Run a widget update; a closed comm or widget error must not kill the thread."""
         try:
             action()

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import ipywidgets as widgets
+import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from labs.panels.dashboard_sample import DashboardSample
 from labs.panels.style import FONT_SIZE, MIN_X_SPAN_S, figure_widget, keep_for_reload, status_html, style_layout
 
 LIVE_POINTS = 400  # while running, draw the last N samples; stop() redraws them all
@@ -42,12 +43,12 @@ class Line:
     name: str
     chart: int
     color: str
-    value: Callable[[Any], float | None]
+    value: Callable[[DashboardSample], float | None]
     dash: str = "solid"
 
 
-def _get(source: str, field: str) -> Callable[[Any], float | None]:
-    def read(sample: Any) -> float | None:
+def _get(source: str, field: str) -> Callable[[DashboardSample], float | None]:
+    def read(sample: DashboardSample) -> float | None:
         part = getattr(sample, source)
         return None if part is None else getattr(part, field)
 
@@ -77,13 +78,13 @@ class DashboardFigure:
 
     def __init__(self, title: str) -> None:
         self.title = title
-        self.figure: Any = figure_widget(self._layout())
+        self.figure = figure_widget(self._layout())
         self.status = widgets.HTML(value=self._status_html("ещё не запущен"), layout=widgets.Layout(width="100%"))
         self.widget = widgets.VBox([self.status, self.figure], layout=widgets.Layout(width="100%"))
         self.widget.add_class("metrics-dashboard")
         self.status.add_class("metrics-dashboard-status")
 
-    def _layout(self) -> Any:
+    def _layout(self) -> go.Figure:
         fig = make_subplots(rows=2, cols=2, subplot_titles=TITLES, horizontal_spacing=0.12, vertical_spacing=0.2)
         for line in LINES:
             row, col = CELLS[line.chart - 1]
@@ -108,7 +109,7 @@ class DashboardFigure:
     def show_status(self, text: str) -> None:
         self.status.value = self._status_html(text)
 
-    def draw(self, samples: Sequence[Any], *, all_points: bool = False) -> None:
+    def draw(self, samples: Sequence[DashboardSample], *, all_points: bool = False) -> None:
         """Redraw every line from ``samples`` (the last :data:`LIVE_POINTS`, or all of them)."""
         points = list(samples) if all_points else list(samples)[-LIVE_POINTS:]
         xs = [s.t_s for s in points]
@@ -127,6 +128,6 @@ class DashboardFigure:
                 (layout.yaxis, layout.yaxis2, layout.yaxis3, layout.yaxis4)[i].range = [0, tops[i]]
         keep_for_reload(self.figure)
 
-    def trace(self, name: str) -> Any:
+    def trace(self, name: str) -> go.Scatter:
         """The trace called ``name`` (for tests and asserts)."""
         return next(t for t in self.figure.data if t.name == name)

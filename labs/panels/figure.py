@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import ipywidgets as widgets
+import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from labs.panels.sample import PanelSample
@@ -70,7 +70,7 @@ class PanelFigure:
 
     def __init__(self, title: str) -> None:
         self.title = title
-        self.figure: Any = figure_widget(self._layout())
+        self.figure = figure_widget(self._layout())
         self.label = widgets.HTML(value=self._status_html("ещё не запущена"))
         self.replay_button = widgets.Button(
             description="повторить",
@@ -85,7 +85,7 @@ class PanelFigure:
         self.label.add_class("stream-panel-status")
         self._consumer_traces: dict[str, int] = {}
 
-    def _layout(self) -> Any:
+    def _layout(self) -> go.Figure:
         fig = make_subplots(
             rows=1,
             cols=3,
@@ -108,7 +108,7 @@ class PanelFigure:
             fig.update_yaxes(title_text=title, range=[0, _y_max([], col)], row=1, col=col)
         return fig
 
-    def on_replay(self, callback: Callable[[], Any]) -> None:
+    def on_replay(self, callback: Callable[[], object]) -> None:
         """Call ``callback`` when the replay button is clicked."""
         self.replay_button.on_click(lambda _button: callback())
 

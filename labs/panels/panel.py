@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -33,6 +33,9 @@ from labs.panels.figure import PanelFigure, short_key
 from labs.panels.monitor import MonitorThread
 from labs.panels.sample import PanelSample
 from labs.panels.streams_info import read_stream_stats, snapshot_client
+
+if TYPE_CHECKING:
+    import ipywidgets as widgets
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,7 @@ class StreamPanel(MonitorThread[PanelSample]):
         self._figure.on_replay(self.replay)
 
     @property
-    def widget(self) -> Any:
+    def widget(self) -> widgets.VBox:
         """The ipywidgets container: the plotly FigureWidget and a status label."""
         return self._figure.widget
 

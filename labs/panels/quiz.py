@@ -22,9 +22,13 @@ import html
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import redis
+
+if TYPE_CHECKING:
+    import ipywidgets as widgets
 
 Check = Callable[[redis.Redis, str], int]
 
@@ -117,7 +121,7 @@ class Quiz:
         right = sum(1 for i, choice in self.answers.items() if choice == self.questions[i].answer)
         return right, len(self.questions)
 
-    def widget(self) -> Any:
+    def widget(self) -> widgets.VBox:
         """A VBox: per question the text, RadioButtons, a "Проверить" button and the feedback."""
         import ipywidgets as w
 
@@ -128,7 +132,7 @@ class Quiz:
         boxes.append(score)
         return w.VBox(boxes)
 
-    def show(self) -> Any:
+    def show(self) -> widgets.VBox:
         """Display the quiz in the notebook and return the widget."""
         from IPython.display import display
 
@@ -136,7 +140,7 @@ class Quiz:
         display(box)  # type: ignore[no-untyped-call]
         return box
 
-    def _question_box(self, w: Any, index: int, question: Question, score: Any) -> Any:
+    def _question_box(self, w: ModuleType, index: int, question: Question, score: widgets.HTML) -> widgets.VBox:
         radio = w.RadioButtons(
             options=[(text, i) for i, text in enumerate(question.options)],
             value=None,
@@ -145,7 +149,7 @@ class Quiz:
         button = w.Button(description="Проверить", button_style="info")
         feedback = w.HTML()
 
-        def on_click(_button: Any) -> None:
+        def on_click(_button: widgets.Button) -> None:
             feedback.value = self.grade(index, radio.value).html
             score.value = self._score_html()
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import ipywidgets as widgets
 
@@ -36,6 +36,9 @@ from labs.panels.figure import PALETTE, short_key
 from labs.panels.monitor import MonitorThread
 from labs.panels.style import FONT_SIZE, MIN_X_SPAN_S, figure_widget, keep_for_reload, status_html, style_layout
 from solutions.shards import shard_of
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ class ShardChargesPanel(MonitorThread[ShardSample]):
         self._db: sqlite3.Connection | None = None
         self._last_id = 0
         self._counts = [0] * len(self.shards)
-        self.figure: Any = figure_widget(self._layout())
+        self.figure = figure_widget(self._layout())
         self.label = widgets.HTML(value=status_html(title, "ещё не запущена", font_px=FONT_SIZE + 1))
         self.widget = widgets.VBox([self.label, self.figure], layout=widgets.Layout(width="100%"))
         self.widget.add_class("shard-charges")  # for the browser check and a stylesheet
@@ -91,7 +94,7 @@ class ShardChargesPanel(MonitorThread[ShardSample]):
 
     # -- the figure -----------------------------------------------------------------
 
-    def _layout(self) -> Any:
+    def _layout(self) -> go.Figure:
         import plotly.graph_objects as go
 
         fig = go.Figure()

@@ -51,11 +51,11 @@ def snapshot_client(redis_url: str, *, timeout_s: float, client_name: str) -> re
     )
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _is_missing(reply: Any) -> bool:
+def _is_missing(reply: object) -> bool:
     """True for the errors that mean "no such stream or group yet"."""
     if not isinstance(reply, redis.ResponseError):
         return False
@@ -63,7 +63,7 @@ def _is_missing(reply: Any) -> bool:
     return "no such key" in message or "nogroup" in message
 
 
-def _raise_unexpected(replies: list[Any]) -> None:
+def _raise_unexpected(replies: list[object]) -> None:
     for reply in replies:
         if isinstance(reply, Exception) and not _is_missing(reply):
             raise reply

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from copy import deepcopy
 from html import escape
-from typing import Any
 
 import plotly.graph_objects as go
 
@@ -19,14 +18,14 @@ MIN_X_SPAN_S = 1.0  # a run that has just started still shows a readable time ax
 CONFIG = {"responsive": True, "displaylogo": False}
 
 
-def figure_widget(fig: Any) -> Any:
+def figure_widget(fig: go.Figure) -> go.FigureWidget:
     """A ``FigureWidget`` of ``fig`` that follows the notebook's width, without the plotly logo."""
-    widget: Any = go.FigureWidget(fig)
+    widget = go.FigureWidget(fig)
     widget._config = dict(CONFIG)
     return widget
 
 
-def keep_for_reload(widget: Any) -> None:
+def keep_for_reload(widget: go.FigureWidget) -> None:
     """Make the widget's saved state the figure as drawn now, so that a page reload redraws it whole.
 
     A ``FigureWidget`` sends each draw to the browser as a delta (restyle, relayout); the state a
@@ -39,7 +38,7 @@ def keep_for_reload(widget: Any) -> None:
     widget._widget_layout = deepcopy(widget._layout_obj._props)
 
 
-def style_layout(fig: Any, *, height_px: int, margin: dict[str, int], legend: dict[str, Any]) -> None:
+def style_layout(fig: go.Figure, *, height_px: int, margin: dict[str, int], legend: dict[str, object]) -> None:
     """The frame both panels use: full width, large font, white template, time in seconds from 0."""
     fig.update_layout(
         autosize=True,

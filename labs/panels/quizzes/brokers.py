@@ -2,28 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import redis
 
 from labs.panels.quiz import Check, Question, Quiz
+
+if TYPE_CHECKING:
+    from labs.compare.scenarios import Row
 
 TITLE = "Проверь себя: брокеры рядом"
 
 
 def _holds(answer: int, holds: bool) -> Check:
-    def check(c: Any, key: str) -> int:
+    def check(c: redis.Redis, key: str) -> int:
         return answer if holds else -1
 
     return check
 
 
-def _row(rows: list[dict[str, Any]], broker: str, case: str) -> dict[str, Any]:
+def _row(rows: list[Row], broker: str, case: str) -> Mapping[str, object]:
     for r in rows:
         if r.get("broker") == broker and r.get("case") == case and "error" not in r:
             return r
     return {}
 
 
-def quiz(*, rows: list[dict[str, Any]], max_attempts: int) -> Quiz:
+def quiz(*, rows: list[Row], max_attempts: int) -> Quiz:
     poison = [r for r in rows if r.get("case") == "poison" and "error" not in r]
     crash = [r for r in rows if r.get("case") == "consumer-kill" and "error" not in r]
     nats_kill = _row(rows, "nats", "leader-kill")

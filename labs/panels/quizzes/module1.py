@@ -25,23 +25,25 @@ from typing import Any
 
 import redis
 
+from labs import replies
 from labs.experiments import claiming
 from labs.experiments.persistence import StopResult, kill_and_count
 from labs.launcher import topologies
+from labs.launcher.process import command
 from labs.panels.quiz import Check, Question, Quiz
 
 TITLE = "Проверь себя: модуль 1"
 
 
-def _xack(c: Any, p: str) -> int:
+def _xack(c: redis.Redis, p: str) -> int:
     c.xgroup_create(p + "s", "g", id="0", mkstream=True)
     c.xadd(p + "s", {"n": "1"})
-    msg_id = c.xreadgroup("g", "c1", {p + "s": ">"})[0][1][0][0]
+    msg_id = replies.read(c.xreadgroup("g", "c1", {p + "s": ">"}))[0][1][0][0]
     c.xack(p + "s", "g", msg_id)
     return 1 if (c.xlen(p + "s"), c.xpending(p + "s", "g")["pending"]) == (1, 0) else 0
 
 
-def _late_subscriber(c: Any, p: str) -> int:
+def _late_subscriber(c: Any, p: str) -> int:  # redis.Redis; its pubsub() is unannotated
     c.publish(p + "ch", "missed")
     with contextlib.closing(c.pubsub()) as sub:
         sub.subscribe(p + "ch")
@@ -49,13 +51,13 @@ def _late_subscriber(c: Any, p: str) -> int:
     return 1 if not got else 0
 
 
-def _maxlen_zero(c: Any, p: str) -> int:
+def _maxlen_zero(c: redis.Redis, p: str) -> int:
     c.xadd(p + "s", {"n": "1"})
-    c.execute_command("XADD", p + "s", "MAXLEN", "0", "*", "n", "2")  # raw: redis-py's maxlen=0 sends "~ 0"
+    command(c, "XADD", p + "s", "MAXLEN", "0", "*", "n", "2")  # raw: redis-py's maxlen=0 sends "~ 0"
     return 1 if c.xlen(p + "s") == 0 else 0
 
 
-def _count(c: Any, p: str) -> int:
+def _count(c: redis.Redis, p: str) -> int:
     c.xgroup_create(p + "s", "g", id="0", mkstream=True)
     for i in range(10):
         c.xadd(p + "s", {"n": str(i)})
@@ -64,7 +66,7 @@ def _count(c: Any, p: str) -> int:
     return {2: 0, 6: 1, 0: 2}.get(int(c.xpending(p + "s", "g")["pending"]), -1)
 
 
-def _key_gone(c: Any, p: str) -> int:
+def _key_gone(c: redis.Redis, p: str) -> int:
     # eviction removes the key as DEL does (notebook 01 shows the real eviction)
     c.xgroup_create(p + "s", "g", id="0", mkstream=True)
     c.delete(p + "s")
@@ -76,14 +78,14 @@ def _key_gone(c: Any, p: str) -> int:
 
 
 def _min_idle(redis_url: str) -> Check:
-    def check(c: Any, p: str) -> int:
+    def check(c: redis.Redis, p: str) -> int:
         run = claiming.double_processing_run(redis_url, p + "claim", min_idle_ms=20, entries=5, work_ms=50)
         return 1 if run.duplicates > 0 else 0
 
     return check
 
 
-def _kill_right_after_xadd(c: Any, p: str) -> int:
+def _kill_right_after_xadd(c: redis.Redis, p: str) -> int:
     """0: everything lost; 1: nothing can be lost; 2: kept here, and Redis reports postponed writes."""
     with tempfile.TemporaryDirectory(prefix="quiz-aof-") as tmp:
         topology = topologies.on_free_ports("aof", Path(tmp))
@@ -102,7 +104,7 @@ def _kill_right_after_xadd(c: Any, p: str) -> int:
 
 
 def _graceful_stop(graceful_stop: StopResult) -> Check:
-    def check(c: Any, p: str) -> int:
+    def check(c: redis.Redis, p: str) -> int:
         return 1 if graceful_stop.survived == graceful_stop.acknowledged > 0 else 0
 
     return check

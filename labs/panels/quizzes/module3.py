@@ -18,8 +18,10 @@ acknowledged writes are gone from both servers, so those events are never charge
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+import redis
+
+from labs import replies
 from labs.experiments.read_loop import block_past_socket_timeout
 from labs.panels.quiz import Check, Question, Quiz
 
@@ -45,14 +47,14 @@ class FailoverWindow:
         return self.after_resync == (0, 0)
 
 
-def _empty_block(c: Any, key: str) -> int:
+def _empty_block(c: redis.Redis, key: str) -> int:
     c.xgroup_create(key + "s", "g", id="0", mkstream=True)
     reply = c.xreadgroup("g", "c", {key + "s": ">"}, count=1, block=50)
     return 1 if not reply else 0
 
 
 def _socket_timeout(master_url: str) -> Check:
-    def check(c: Any, key: str) -> int:
+    def check(c: redis.Redis, key: str) -> int:
         c.xgroup_create(key + "s", "billing", id="0", mkstream=True)
         outcome = block_past_socket_timeout(master_url, key + "s", socket_timeout_s=0.2, block_ms=400)
         return 2 if outcome == "TimeoutError" else 0
@@ -60,7 +62,7 @@ def _socket_timeout(master_url: str) -> Check:
     return check
 
 
-def _delconsumer(c: Any, key: str) -> int:
+def _delconsumer(c: redis.Redis, key: str) -> int:
     c.xgroup_create(key + "s", "g", id="0", mkstream=True)
     c.xadd(key + "s", {"n": 1})
     c.xreadgroup("g", "dead", {key + "s": ">"})
@@ -68,7 +70,7 @@ def _delconsumer(c: Any, key: str) -> int:
     return 2 if c.xpending(key + "s", "g")["pending"] == 0 else 1
 
 
-def _steal_live(c: Any, key: str) -> int:
+def _steal_live(c: redis.Redis, key: str) -> int:
     c.xgroup_create(key + "s", "g", id="0", mkstream=True)
     c.xadd(key + "s", {"n": 1})
     c.xreadgroup("g", "alive", {key + "s": ">"})
@@ -76,7 +78,7 @@ def _steal_live(c: Any, key: str) -> int:
     return 1 if claimed else 0
 
 
-def _delivery_counter(c: Any, key: str) -> int:
+def _delivery_counter(c: redis.Redis, key: str) -> int:
     c.xgroup_create(key + "s", "g", id="0", mkstream=True)
     msg_id = c.xadd(key + "s", {"n": 1})
     c.xreadgroup("g", "a", {key + "s": ">"})
@@ -84,31 +86,31 @@ def _delivery_counter(c: Any, key: str) -> int:
     return 0 if c.xpending_range(key + "s", "g", "-", "+", 1)[0]["times_delivered"] == 2 else 1
 
 
-def _setnx(c: Any, key: str) -> int:
+def _setnx(c: redis.Redis, key: str) -> int:
     c.setnx(key + "m", 1)
     return 1 if c.ttl(key + "m") == -1 else 0
 
 
-def _glue(c: Any, key: str) -> int:
+def _glue(c: redis.Redis, key: str) -> int:
     c.xgroup_create(key + "s", "g", id="0", mkstream=True)
     c.xadd(key + "s", {"n": 1})
     c.xreadgroup("g", "billing-1", {key + "s": ">"})  # the old process, then it dies
-    again = c.xreadgroup("g", "billing-1", {key + "s": "0"})  # the restarted one, same name
+    again = replies.read(c.xreadgroup("g", "billing-1", {key + "s": "0"}))  # the restarted one, same name
     return 1 if again and again[0][1] else 0
 
 
-def _sigterm_pel(c: Any, key: str) -> int:
+def _sigterm_pel(c: redis.Redis, key: str) -> int:
     c.xgroup_create(key + "s", "g", id="0", mkstream=True)
     for i in range(3):
         c.xadd(key + "s", {"n": i})
-    ((_, batch),) = c.xreadgroup("g", "billing-2", {key + "s": ">"}, count=3)
+    ((_, batch),) = replies.read(c.xreadgroup("g", "billing-2", {key + "s": ">"}, count=3))
     c.xack(key + "s", "g", batch[0][0])  # done and acked before the exit; two left in its PEL
     _, claimed, _ = c.xautoclaim(key + "s", "g", "rescuer", min_idle_time=0)
     return 1 if [m for m, _ in claimed] == [m for m, _ in batch[1:]] else 0
 
 
 def _applied_events(sqlite_duplicates: int, window: FailoverWindow) -> Check:
-    def check(c: Any, key: str) -> int:
+    def check(c: redis.Redis, key: str) -> int:
         if sqlite_duplicates > 0:
             return 2
         return 1 if window.lost else 0
@@ -117,14 +119,14 @@ def _applied_events(sqlite_duplicates: int, window: FailoverWindow) -> Check:
 
 
 def _wait_zero(window: FailoverWindow) -> Check:
-    def check(c: Any, key: str) -> int:
+    def check(c: redis.Redis, key: str) -> int:
         return 1 if (window.wait_replicas, window.on_old_master) == (0, window.acknowledged) else 0
 
     return check
 
 
 def _window_writes(window: FailoverWindow) -> Check:
-    def check(c: Any, key: str) -> int:
+    def check(c: redis.Redis, key: str) -> int:
         return 1 if window.lost else 0
 
     return check

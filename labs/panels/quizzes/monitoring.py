@@ -9,7 +9,8 @@ against the notebook's own measurements (:class:`MonitoringFacts`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+import redis
 
 from labs.launcher.prom_api import PrometheusAPI
 from labs.panels.quiz import Check, Question, Quiz
@@ -30,14 +31,14 @@ class MonitoringFacts:
 
 
 def _ratio_with_no_limit(prom: PrometheusAPI) -> Check:
-    def check(c: Any, key: str) -> int:
+    def check(c: redis.Redis, key: str) -> int:
         value = prom.query("vector(1048576) / vector(0)")[0]["value"][1]
         return {"0": 0, "+Inf": 1}.get(value, 2)
 
     return check
 
 
-def _lag_field(c: Any, key: str) -> int:
+def _lag_field(c: redis.Redis, key: str) -> int:
     c.xgroup_create(key + "s", "g", id="0", mkstream=True)
     for i in range(3):
         c.xadd(key + "s", {"n": i})
@@ -46,7 +47,7 @@ def _lag_field(c: Any, key: str) -> int:
     return next(i for i, name in enumerate(("pending", "lag", "entries-read")) if group[name] == 2)
 
 
-def _consumer_outlives(c: Any, key: str) -> int:
+def _consumer_outlives(c: redis.Redis, key: str) -> int:
     c.xgroup_create(key + "s", "g", id="0", mkstream=True)
     c.xadd(key + "s", {"n": 1})
     c.xreadgroup("g", "worker-4242", {key + "s": ">"})  # the worker reads, then its process dies
@@ -57,7 +58,7 @@ def _consumer_outlives(c: Any, key: str) -> int:
 def _severity_of(prom: PrometheusAPI) -> Check:
     options = ("StreamDeadLettered", "RedisDown", "RedisFragmented")
 
-    def check(c: Any, key: str) -> int:
+    def check(c: redis.Redis, key: str) -> int:
         severity = {r["name"]: r.get("labels", {}).get("severity") for g in prom.get("rules")["groups"]
                     for r in g["rules"] if r["type"] == "alerting"}
         critical = [i for i, name in enumerate(options) if severity.get(name) == "critical"]
@@ -67,7 +68,7 @@ def _severity_of(prom: PrometheusAPI) -> Check:
 
 
 def _facts_check(answer: int, holds: bool) -> Check:
-    def check(c: Any, key: str) -> int:
+    def check(c: redis.Redis, key: str) -> int:
         return answer if holds else -1
 
     return check
