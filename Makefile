@@ -8,10 +8,11 @@ STAMP := $(VENV)/.installed
 LAB := $(PY) -m labs
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST_ARGS ?=
-# Most of the suite waits on Redis (failovers, BLOCK, fixed-rate producers): two workers, each with its
-# own Redis processes on free ports, halve its time on 2 cores. --dist loadfile keeps a notebook's
-# cells (and a test file's shared cluster or stack) in one worker.
-TEST_WORKERS ?= 2
+# Most of the suite waits on Redis (failovers, BLOCK, fixed-rate producers, node timeouts): with two
+# workers the 2 CPUs were still 40-60 % idle (vmstat), so three workers, each with its own Redis
+# processes and ports, take 8.4 min where two took 12.1 (same machine, same day). --dist loadfile keeps
+# a notebook's cells (and a test file's shared cluster or stack) in one worker.
+TEST_WORKERS ?= 3
 
 .DEFAULT_GOAL := help
 .PHONY: help setup redis-bin browser monitoring-bin netns-bin up-monitoring check-rules \
