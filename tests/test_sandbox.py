@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import redis
 
 from labs.grading.sandbox import Sandbox, tagged_pids
+from labs.launcher import binaries
+from labs.launcher.ports import free_ports, session_port_window
+from labs.polling import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,14 +34,30 @@ def test_two_sandboxes_have_their_own_redis_and_refuse_flushall_shutdown_debug(t
         assert a.redis_alive() and rb.get("kept") == b"1"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def test_everything_started_in_a_sandbox_is_killed_even_in_its_own_session(tmp_path: Path) -> None:
     with Sandbox(tmp_path / "s") as box:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=box.env(),
                                  start_new_session=True)
-        deadline = time.monotonic() + 10
-        while child.pid not in tagged_pids(box.tag) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert child.pid in tagged_pids(box.tag)
-        tag = box.tag
-    assert child.wait(timeout=10) < 0  # killed by a signal
-    assert tagged_pids(tag) == []
+        # An experiment's own redis-server: Redis writes its process title over the environment /proc shows,
+        # so the tag is not there; its working directory (its dir) is under the sandbox.
+        data = box.root / "tmp" / "experiment"
+        data.mkdir(parents=True)
+        port = free_ports(1, session_port_window())[0]
+        server = subprocess.Popen([binaries.require("redis-server"), "--port", str(port), "--dir", str(data),
+                                   "--save", ""], env=box.env(), start_new_session=True, stdout=subprocess.DEVNULL)
+        own_redis = box._redis
+        assert own_redis is not None
+        wait_until(lambda: {child.pid, server.pid, own_redis.pid} <= set(tagged_pids(box.tag, box.root)), 10,
+                   "the sandbox to see its processes")
+        tag, root = box.tag, box.root
+    assert child.wait(timeout=10) < 0 and server.wait(timeout=10) < 0  # killed by a signal
+    assert not _alive(own_redis.pid), "the sandbox's own redis-server outlived it"
+    assert tagged_pids(tag, root) == []

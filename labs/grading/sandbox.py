@@ -57,17 +57,30 @@ def redis_conf(port: int, data_dir: Path) -> str:
     )
 
 
-def tagged_pids(tag: str) -> list[int]:
-    """Processes whose environment carries ``TAG_VAR=tag`` (read from ``/proc``)."""
+def tagged_pids(tag: str, root: Path | None = None) -> list[int]:
+    """Processes whose environment carries ``TAG_VAR=tag``, or whose working directory is under ``root``.
+
+    The environment alone misses every ``redis-server``: Redis sets its process title over the
+    memory that ``/proc/<pid>/environ`` shows, so the tag is gone from it (a grading run left one
+    server per submission behind). A server's working directory is its ``dir``, which the sandbox's
+    own and every topology an experiment starts keep under the sandbox's directory.
+    """
     needle = f"{TAG_VAR}={tag}".encode()
+    inside = str(root.resolve()) if root is not None else None
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
+            if needle in (entry / "environ").read_bytes().split(b"\0") or (
+                    inside is not None and _is_under(os.readlink(entry / "cwd"), inside)):
                 found.append(int(entry.name))
     return found
+
+
+def _is_under(path: str, root: str) -> bool:
+    path = path.removesuffix(" (deleted)")
+    return path == root or path.startswith(root + os.sep)
 
 
 class Sandbox:
@@ -148,7 +161,7 @@ class Sandbox:
         killed = 0
         spared = {self._redis.pid} if keep_redis and self._redis is not None else set()
         for _ in range(3):  # a dying parent may still spawn: sweep until nothing is left
-            pids = [pid for pid in tagged_pids(self.tag) if pid not in spared]
+            pids = [pid for pid in tagged_pids(self.tag, self.root) if pid not in spared]
             if not pids:
                 break
             for pid in pids:
