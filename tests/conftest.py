@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import leak_support
 import pytest
 import redis
 from monitoring_support import MonitoredStack
@@ -44,6 +45,7 @@ class _Session:
     skip_reason: str = ""
     run_dir: Path | None = None
     container: Any = None
+    started_ticks: int = 0
 
 
 EXPORTER_SLOTS = 16  # one exporter port per node of every topology (single, aof, sentinel, cluster: 13)
@@ -84,6 +86,7 @@ def _xdist_controller(config: pytest.Config) -> bool:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    _Session.started_ticks = leak_support.now_ticks()
     if _xdist_controller(session.config):
         # Each worker starts a Redis of its own: tests change server-wide settings (output buffer
         # limits, maxmemory, policies) and must not see another worker's. A REDIS_URL the user gave
@@ -160,6 +163,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         shutil.rmtree(_Session.run_dir, ignore_errors=True)
     if _Session.container is not None:
         _Session.container.stop()
+    if not hasattr(session.config, "workerinput"):  # the controller, or a run without xdist: every test is done
+        _fail_on_leftovers(session)
+
+
+def _fail_on_leftovers(session: pytest.Session) -> None:
+    """A server or an orphan that a test started and never stopped fails the run (tests/leak_support.py)."""
+    left = leak_support.settle_and_kill(_Session.started_ticks)
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(left)} process(es) started by the tests outlived them (killed now):",
+             *(f"  {p.describe()}" for p in left)]
+    if reporter is not None:
+        reporter.write_sep("=", "processes left behind", red=True)
+        for line in lines:
+            reporter.write_line(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")
