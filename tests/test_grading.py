@@ -8,6 +8,7 @@ its exercise zero with the reason, the other exercises keep their points.
 
 from __future__ import annotations
 
+import html
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +56,7 @@ def test_one_wrong_answer_loses_only_that_exercise(graded: GradedClass) -> None:
     notebook = lines(graded.results["wrong-lab-never-exits"])
     assert {k: v.score for k, v in notebook.items()} == {"05.1": 1.0, "05.2": 0.0, "05.3": 1.0}
     assert notebook["05.2"].reason.startswith("✗ 05.2")
+    assert "пока не определен" not in notebook["05.2"].reason  # a wrong value, not a blank: the check says what
 
 
 @pytest.mark.parametrize(
@@ -112,7 +114,9 @@ def test_feedback_pages_carry_the_scores_and_the_russian_messages(graded: Graded
     (page,) = graded.results["wrong-lab-never-exits"].feedback
     text = page.read_text(encoding="utf-8")
     assert "(Score: 2.0 / 3.0)" in text
-    assert "05.2 «Пачка целиком и на одну больше»" in text and "пока не определены" in text  # the check's message
+    message = lines(graded.results["wrong-lab-never-exits"])["05.2"].message
+    verdict = message.split("»: ", 1)[1].split("`", 1)[0]  # the check's own words, up to the first code span
+    assert "05.2 «Пачка целиком и на одну больше»" in text and html.escape(verdict, quote=False) in text, verdict
     (kernel_page,) = graded.results["segfault-kernel-death"].feedback
     assert "Оценка: 0. Причина: ячейка решения: DeadKernelError" in kernel_page.read_text(encoding="utf-8")
 

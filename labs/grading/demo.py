@@ -29,8 +29,20 @@ BAD_CODE = {
     "shutdown": "r.shutdown(nosave=True)",
     "segfault": 'r.execute_command("DEBUG", "SEGFAULT")',
     "kernel-death": "import os\nos._exit(1)",
-    "wrong": "pass  # a wrong answer: nothing computed",
 }
+# A plausible wrong answer per exercise (the check must say what is wrong, not that nothing was computed);
+# an exercise missing here gets an answer that computes nothing.
+WRONG_ANSWERS = {
+    "05.1": "edge_results = {\n    block_ms: block_past_socket_timeout(REDIS_URL, edge_stream, socket_timeout_s=0.5, "
+            "block_ms=block_ms)\n    for block_ms in (300, 400)  # both below the socket timeout\n}",
+    "05.2": 'held_64 = work_held_at_crash(REDIS_URL, P + "ex:held:64", count=64, read_ahead=False,\n'
+            "                             crash_after_handled=64).held_at_crash\n"
+            'held_65 = work_held_at_crash(REDIS_URL, P + "ex:held:65", count=64, read_ahead=False,\n'
+            "                             crash_after_handled=64).held_at_crash  # copied, 64 left in",
+    "05.3": 'effects_by_ttl = {ttl_ms: late_replay(r, P + f"ex:ttl:{ttl_ms}", ttl_ms=ttl_ms, replay_after_ms=300)\n'
+            "                  for ttl_ms in (100, 200)}  # every TTL shorter than the replay",
+}
+NOTHING = "pass  # a wrong answer: nothing computed"
 NEVER_EXITS = "import time\n\nwhile True:  # a lab implementation that never returns control\n    time.sleep(1)\n"
 
 
@@ -78,6 +90,7 @@ def edit_check(nb: NotebookNode, exercise: str) -> NotebookNode:
 Spoiler = Callable[[NotebookNode, str], NotebookNode]
 SPOILERS: dict[str, Spoiler] = {
     **{kind: functools.partial(_spoil_with, code) for kind, code in BAD_CODE.items()},
+    "wrong": lambda nb, exercise: spoil_answer(nb, exercise, WRONG_ANSWERS.get(exercise, NOTHING)),
     "deleted-locked": delete_check,
     "edited-locked": edit_check,
 }
