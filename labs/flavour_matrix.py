@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m labs.flavour_matrix", description=__doc__.split("\n\n")[0])
     p.add_argument("--flavours", default=",".join(flavours.FLAVOURS), help="comma-separated (default: all three)")
     p.add_argument("--subset", choices=SUBSETS, default="all")
-    p.add_argument("--workers", type=int, default=3, help="pytest-xdist workers per flavour (0: one process), as make test")
+    p.add_argument("--workers", type=int, default=3, help="pytest-xdist workers per flavour (0: one process)")
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "matrix")
     p.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     return p
