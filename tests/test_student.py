@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 from IPython.core.interactiveshell import InteractiveShell
+from redis.exceptions import RedisClusterException
 
 from labs.exercises import student
 from labs.exercises.exercise import evaluate
@@ -95,3 +96,19 @@ def test_every_exercise_with_state_has_a_preparing_cell_to_go_back_to() -> None:
     assert student.preparing_source("02.4") and "a re-run starts from scratch" in str(student.preparing_source("02.4"))
     assert "reset(" in student.retry_advice("02.1")
     assert student.preparing_source("99.9") is None and "reset(" not in student.retry_advice("99.9")
+
+
+def test_a_cluster_client_refusing_keys_of_two_slots_is_a_command_error_not_a_dead_server(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """09.2's likeliest mistake (a DLQ key without the stream's hash tag) must not read as "Redis is down"."""
+    source = ("from redis.exceptions import RedisClusterException\n"
+              "raise RedisClusterException('EVALSHA - all keys must map to the same key slot')")
+    result, out = run(shell, source, capsys)
+    assert isinstance(result.error_in_exec, RedisClusterException)  # the cell still failed: Run All knows
+    (line,) = [line for line in out.splitlines() if line.strip()]
+    assert "Redis ответил ошибкой RedisClusterException" in line and "same key slot" in line, line
+    assert "не отвечает" not in line
+    unreachable = RedisClusterException("Redis Cluster cannot be connected. Please provide at least one reachable node")
+    assert student.server_is_down(unreachable) and student.server_is_down(redis.ConnectionError("refused"))
+    assert not student.server_is_down(RedisClusterException("EVALSHA - all keys must map to the same key slot"))

@@ -35,8 +35,19 @@ SOURCE_DIR = Path(__file__).resolve().parents[2] / "notebooks"  # as edition.SOU
 _CHECK_CALL = re.compile(r"^check\(\s*[\"'](?P<id>\d{2}\.\d+)[\"']", re.MULTILINE)
 
 RED, RESET = "\x1b[31m", "\x1b[0m"
-SERVER_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, RedisClusterException)
+SERVER_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 HANDLED: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException)
+# redis-py's cluster client raises RedisClusterException both when no node answers and for a command it
+# refuses itself (keys of one call in different slots, a command with no key): only these say the former.
+CLUSTER_UNREACHABLE = ("cannot be connected", "no redis_connection", "slots are not covered", "could not agree",
+                       "no targets were found")
+
+
+def server_is_down(exc: BaseException) -> bool:
+    """Whether ``exc`` says Redis is not there (the first cell must run again), not that a command was refused."""
+    if isinstance(exc, SERVER_ERRORS):
+        return True
+    return isinstance(exc, RedisClusterException) and any(part in str(exc).lower() for part in CLUSTER_UNREACHABLE)
 
 
 def server_down_message(exc: BaseException) -> str:
@@ -118,7 +129,7 @@ def error_line(
     cell_files: Mapping[str, int] | None = None,
 ) -> str:
     """The one line shown for a Redis error raised in a cell (see the module docstring)."""
-    if isinstance(exc, SERVER_ERRORS):
+    if server_is_down(exc):
         return server_down_message(exc)
     where = _cell_line(tb, cell_files or {})
     text = f"Redis ответил ошибкой {type(exc).__name__}: {exc}" + (f" ({where})" if where else "") + "."
