@@ -94,3 +94,25 @@ def test_miss_is_what_verify_raises() -> None:
     with pytest.raises(Miss, match="нет"):
         expect(False, "нет")
     expect(True, "never shown")
+
+
+def test_every_exercise_imports_its_check_in_its_own_cells() -> None:
+    """An exercise runs right after the notebook's first cell (reset, a student starting at it, grading):
+    so ``check`` is imported by that cell or by the exercise's own cells, not by an earlier exercise's."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    imports = re.compile(r"^from labs\.exercises(\.notebook)? import [^\n]*\bcheck\b", re.MULTILINE)
+    missing = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        code = [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+        if code and imports.search(code[0].source):
+            continue
+        cells: dict[str, list[str]] = {}
+        for cell in code:
+            if exercise := cell.metadata.get("exercise"):
+                cells.setdefault(exercise, []).append(cell.source)
+        missing += [f"{path.stem}: {e}" for e, sources in cells.items() if not any(imports.search(s) for s in sources)]
+    assert not missing, missing
