@@ -46,6 +46,7 @@ class _Session:
     run_dir: Path | None = None
     container: Any = None
     started_ticks: int = 0
+    passed: bool = False
 
 
 EXPORTER_SLOTS = 16  # one exporter port per node of every topology (single, aof, sentinel, cluster: 13)
@@ -83,6 +84,28 @@ def _docker_redis() -> tuple[str | None, str]:
 def _xdist_controller(config: pytest.Config) -> bool:
     """True in the process that hands tests to pytest-xdist workers (it runs none itself)."""
     return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", 0))
+
+
+SESSION_TMP_VAR = "LAB_TEST_SESSION_TMP"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One temporary directory per test session, for everything the session and its children make.
+
+    ``TMPDIR`` points into it before pytest picks its ``tmp_path`` root and before xdist starts its
+    workers, so every test, notebook kernel, sandbox and server the session starts works under it.
+    That is what scopes the check for processes left behind (tests/leak_support.py) to this session: a
+    second session on the machine (a grading run, ``make test-matrix``, a developer's own run) has
+    servers in ``/tmp`` too, and they are not this session's to judge or kill.
+    """
+    if hasattr(config, "workerinput") or os.environ.get(SESSION_TMP_VAR):
+        return  # an xdist worker inherits the controller's directory
+    root = Path(tempfile.mkdtemp(prefix="redis-workbook-session-"))
+    os.environ[SESSION_TMP_VAR] = str(root)
+    os.environ["TMPDIR"] = str(root)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    # Kept when the run failed (pytest's tmp_path folders are in it, for a look); removed when it passed.
+    config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True) if _Session.passed else None)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -165,11 +188,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         _Session.container.stop()
     if not hasattr(session.config, "workerinput"):  # the controller, or a run without xdist: every test is done
         _fail_on_leftovers(session)
+        _Session.passed = session.exitstatus == pytest.ExitCode.OK
 
 
 def _fail_on_leftovers(session: pytest.Session) -> None:
     """A server or an orphan that a test started and never stopped fails the run (tests/leak_support.py)."""
-    left = leak_support.settle_and_kill(_Session.started_ticks)
+    left = leak_support.settle_and_kill(_Session.started_ticks, tmp=os.environ.get(SESSION_TMP_VAR))
     if not left:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -7,8 +7,9 @@ counts as left behind when all of these hold at the end of the session:
 - it started after the session did (``/proc/<pid>/stat`` start time, in clock ticks since boot);
 - it is not a descendant of the session's own process (xdist workers and what they still run);
 - it is one of the server binaries above, or an orphan (its parent is init) of any kind;
-- its working directory is under the temporary directory, where every test runs (a lab you started
-  by hand with ``make up`` lives under the checkout's ``.run/`` and is never counted).
+- its working directory is under the session's own temporary directory (``tests/conftest.py`` points
+  ``TMPDIR`` there for the whole session): a lab you started by hand with ``make up`` lives under the
+  checkout's ``.run/``, and a second session's servers under its own directory, so neither is counted.
 
 The grading sandbox once left a ``redis-server`` per submission this way (Redis hides the tag its
 environment carried); this check is what would have said so.
@@ -93,12 +94,12 @@ def leftovers(since_ticks: int, *, tmp: str | None = None) -> list[Leftover]:
     return found
 
 
-def settle_and_kill(since_ticks: int, settle_s: float = SETTLE_S) -> list[Leftover]:
-    """What is still left after ``settle_s``; each of them is then killed (SIGKILL) so runs do not pile up."""
+def settle_and_kill(since_ticks: int, settle_s: float = SETTLE_S, *, tmp: str | None = None) -> list[Leftover]:
+    """What is still left under ``tmp`` after ``settle_s``; each is then killed (SIGKILL) so runs do not pile up."""
     left: list[Leftover] = []
 
     def gone() -> bool:
-        left[:] = leftovers(since_ticks)
+        left[:] = leftovers(since_ticks, tmp=tmp)
         return not left
 
     poll(gone, settle_s, poll_s=0.5)
