@@ -61,4 +61,6 @@ def test_other_shards_are_unaffected(runs: list[cluster_minority.MinorityRun]) -
 def test_the_table_and_the_figure(runs: list[cluster_minority.MinorityRun]) -> None:
     rows = cluster_minority.loss_table(runs)
     assert [r["cluster-node-timeout ms"] for r in rows] == [1000, 3000]
-    assert len(cluster_minority.figure(runs).data) >= 6
+    fig = cluster_minority.figure(runs)
+    assert len(fig.data) >= 6 and "Меньшинство" in fig.layout.title.text  # the notebook's words
+    assert "minority" in cluster_minority.figure(runs, lang="en").layout.title.text  # the lab's report

@@ -72,3 +72,5 @@ def test_the_table_and_the_figure(runs: list[split_brain.SplitBrainRun]) -> None
     assert len(rows) == 4 and {r["client"] for r in rows} >= {"a (plain)"}
     fig = split_brain.figure(runs)
     assert len(fig.layout.annotations) >= 3 * 4  # subplot titles and the marked moments
+    assert "подтверждённые" in fig.layout.title.text and "разрез" in {a.text for a in fig.layout.annotations}
+    assert "acknowledged" in split_brain.figure(runs, lang="en").layout.title.text  # the lab's report

@@ -32,7 +32,7 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from labs.experiments.partition_writes import Writer, WriterResult, add_acked_traces, result, wait_for
+from labs.experiments.partition_writes import CHART_WORDS, Writer, WriterResult, add_acked_traces, result, wait_for
 from labs.launcher import netns, topologies
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import ClusterNode, cluster_info, masters, nodes_view, replicas_of
@@ -197,20 +197,24 @@ def loss_table(runs: Sequence[MinorityRun]) -> list[dict[str, object]]:
     ]
 
 
-def figure(runs: Sequence[MinorityRun]) -> go.Figure:
-    """Acknowledged writes per client over time, one panel per node timeout; cut, promotion, heal marked."""
+def figure(runs: Sequence[MinorityRun], *, lang: str = "ru") -> go.Figure:
+    """Acknowledged writes per client over time, one panel per node timeout; cut, promotion, heal marked.
+
+    ``lang``: the words of the chart (``ru`` in the notebook, ``en`` in the lab's report).
+    """
+    words = CHART_WORDS[lang]
     fig = make_subplots(rows=len(runs), cols=1, shared_xaxes=True,
-                        subplot_titles=[f"cluster-node-timeout {r.node_timeout_ms} ms" for r in runs])
+                        subplot_titles=[f"cluster-node-timeout {r.node_timeout_ms} {words['ms']}" for r in runs])
     colours = {"a": "#d62728", "b": "#1f77b4", "other": "#2ca02c"}
-    names = {"a": "a: cut-off master", "b": "b: same slot, majority", "other": "other shard, majority"}
+    names = {"a": words["a-cluster"], "b": words["b-cluster"], "other": words["other"]}
     for row, run in enumerate(runs, start=1):
         for w in reversed(run.writers):  # the cut-off master's line last, on top of the other shard's
             line = {"color": colours[w.name], "width": 3 if w.name == "a" else 1.5,
                     "dash": "dot" if w.name == "other" else "solid"}
-            add_acked_traces(fig, w, row, name=names[w.name], line=line)
-        for at, text in ((0.0, "cut"), (run.promoted_s, "promoted"), (run.healed_s, "heal")):
-            fig.add_vline(x=at, line_dash="dot", line_color="grey", annotation_text=text, row=row, col=1)
-    fig.update_layout(height=300 * len(runs), title="The cluster's minority side: acknowledged writes per client")
-    fig.update_xaxes(title_text="s from the partition", row=len(runs), col=1)
-    fig.update_yaxes(title_text="acked writes")
+            add_acked_traces(fig, w, row, name=names[w.name], line=line, lost_name=words["lost"])
+        for at, key in ((0.0, "cut"), (run.promoted_s, "promoted"), (run.healed_s, "heal")):
+            fig.add_vline(x=at, line_dash="dot", line_color="grey", annotation_text=words[key], row=row, col=1)
+    fig.update_layout(height=300 * len(runs), title=words["minority-title"])
+    fig.update_xaxes(title_text=words["x"], row=len(runs), col=1)
+    fig.update_yaxes(title_text=words["y"])
     return fig

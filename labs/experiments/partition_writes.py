@@ -146,7 +146,26 @@ def wait_for(check: Callable[[], bool], timeout_s: float, what: str, poll_s: flo
     return moment
 
 
-def add_acked_traces(fig: go.Figure, writer: WriterResult, row: int, *, name: str, line: Mapping[str, object]) -> None:
+# The charts' words: Russian in the notebooks (students read them), English in the lab's report.
+CHART_WORDS: dict[str, dict[str, str]] = {
+    "ru": {"cut": "разрез", "promoted": "повышение", "heal": "сеть вернулась", "demoted": "понижение",
+           "lost": "подтверждено, потом потеряно", "x": "с от разреза", "y": "подтверждённых записей",
+           "a": "a: сторона старого мастера", "a2": "a2: сторона старого мастера, WAIT 1",
+           "b": "b: сторона Sentinel", "a-cluster": "a: отрезанный мастер", "b-cluster": "b: тот же слот, большинство",
+           "other": "другой шард, большинство", "ms": "мс",
+           "split-title": "Split brain под Sentinel: подтверждённые записи по клиентам",
+           "minority-title": "Меньшинство кластера: подтверждённые записи по клиентам"},
+    "en": {"cut": "cut", "promoted": "promoted", "heal": "heal", "demoted": "demoted", "lost": "acked, then lost",
+           "x": "s from the partition", "y": "acked writes", "a": "a: old master's side",
+           "a2": "a2: old master's side, WAIT 1", "b": "b: sentinels' side", "a-cluster": "a: cut-off master",
+           "b-cluster": "b: same slot, majority", "other": "other shard, majority", "ms": "ms",
+           "split-title": "Split brain under Sentinel: acknowledged writes per client",
+           "minority-title": "The cluster's minority side: acknowledged writes per client"},
+}
+
+
+def add_acked_traces(fig: go.Figure, writer: WriterResult, row: int, *, name: str, line: Mapping[str, object],
+                     lost_name: str = CHART_WORDS["ru"]["lost"]) -> None:
     """``writer``'s acknowledged writes as a rising line in ``row`` of ``fig``, and the ones later
     lost as black dots on it (the same legend entries in every row, shown in the first)."""
     acked = [x for x in writer.writes if x.outcome == "acked"]
@@ -155,5 +174,5 @@ def add_acked_traces(fig: go.Figure, writer: WriterResult, row: int, *, name: st
     lost = [(x.t_s, i) for i, x in enumerate(acked, start=1) if x.value in writer.lost_values]
     if lost:
         fig.add_trace(go.Scatter(x=[t for t, _ in lost], y=[i for _, i in lost], mode="markers",
-                                 marker={"color": "black", "size": 2, "opacity": 0.5}, name="acked, then lost",
+                                 marker={"color": "black", "size": 2, "opacity": 0.5}, name=lost_name,
                                  legendgroup="lost", showlegend=row == 1), row=row, col=1)

@@ -38,7 +38,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from labs.experiments.partition_writes import Writer, WriterResult, add_acked_traces, result, wait_for
+from labs.experiments.partition_writes import CHART_WORDS, Writer, WriterResult, add_acked_traces, result, wait_for
 from labs.launcher import netns, sentinel, topologies
 from labs.launcher.process import RedisProcess
 from labs.launcher.sentinel import MASTER_NAME
@@ -230,18 +230,22 @@ def wait_cost(run: SplitBrainRun) -> dict[str, float | None]:
     }
 
 
-def figure(runs: Sequence[SplitBrainRun]) -> go.Figure:
-    """Acknowledged writes per side over time, one panel per guard; lost ones marked; cut, promotion, heal, demotion."""
+def figure(runs: Sequence[SplitBrainRun], *, lang: str = "ru") -> go.Figure:
+    """Acknowledged writes per side over time, one panel per guard; lost ones marked; cut, promotion, heal, demotion.
+
+    ``lang``: the words of the chart (``ru`` in the notebook, ``en`` in the lab's report).
+    """
+    words = CHART_WORDS[lang]
     fig = make_subplots(rows=len(runs), cols=1, shared_xaxes=True, subplot_titles=[r.guard.label for r in runs],
                         vertical_spacing=0.08)
     colours = {"a": "#d62728", "a2": "#ff7f0e", "b": "#1f77b4"}
     for row, run in enumerate(runs, start=1):
         for w in run.writers:
-            add_acked_traces(fig, w, row, name=f"{w.name}: {w.side}", line={"color": colours.get(w.name)})
-        for at, text in ((0.0, "cut"), (run.promoted_s, "promoted"), (run.healed_s, "heal"),
-                         (run.demoted_s, "demoted")):
-            fig.add_vline(x=at, line_dash="dot", line_color="grey", annotation_text=text, row=row, col=1)
-    fig.update_layout(height=260 * len(runs), title="Split brain under Sentinel: acknowledged writes per client")
-    fig.update_xaxes(title_text="s from the partition", row=len(runs), col=1)
-    fig.update_yaxes(title_text="acked writes")
+            add_acked_traces(fig, w, row, name=words.get(w.name, f"{w.name}: {w.side}"),
+                             line={"color": colours.get(w.name)}, lost_name=words["lost"])
+        for at, key in ((0.0, "cut"), (run.promoted_s, "promoted"), (run.healed_s, "heal"), (run.demoted_s, "demoted")):
+            fig.add_vline(x=at, line_dash="dot", line_color="grey", annotation_text=words[key], row=row, col=1)
+    fig.update_layout(height=260 * len(runs), title=words["split-title"])
+    fig.update_xaxes(title_text=words["x"], row=len(runs), col=1)
+    fig.update_yaxes(title_text=words["y"])
     return fig

@@ -82,7 +82,7 @@ def sentinel_report(run_dir: Path, *, quick: bool) -> Report:
     report.tables += [_worker_table(workers), guard_table]
     report.checks += [*_worker_checks(workers), *guard_checks]
     report.figures.append(("acknowledged writes per client, the cut, promotion, heal and demotion marked",
-                           split_brain.figure(guards)))
+                           split_brain.figure(guards, lang="en")))
     report.notes.append("the worker rows run with min-replicas-to-write 0; the second table shows what the "
                         "setting and WAIT 1 change (Redis's side, measured on the same kind of partition)")
     report.data = {"workers": workers, "guards": split_brain.loss_table(guards)}
@@ -104,7 +104,7 @@ def cluster_report(run_dir: Path) -> Report:
         report.checks.append(Check(f"node timeout {run.node_timeout_ms} ms: the other shard unaffected",
                                    other.outcomes()["acked"] == len(other.writes), f"{other.outcomes()}"))
     report.figures.append(("acknowledged writes per client, the cut, promotion and heal marked",
-                           cluster_minority.figure(runs)))
+                           cluster_minority.figure(runs, lang="en")))
     report.notes.append("on the cluster this mode measures Redis's side (acknowledged writes lost); the worker "
                         "rows are measured on sentinel: make lab-3 MODE=partition")
     report.data = {"runs": rows}
