@@ -19,7 +19,7 @@ from typing import TypeVar, TypeVarTuple
 import plotly.graph_objects as go
 from rich.progress import Progress
 
-from labs.compare import kafka
+from labs.compare import charts, kafka
 from labs.compare.contract import Settings
 from labs.compare.scenarios import Case, Row, run_case
 from labs.compare.sites import KINDS, Sites
@@ -117,7 +117,9 @@ def _figures(rows: list[Row]) -> list[tuple[str, go.Figure]]:
     for q in ("first_charge_after_kill_s", "longest_gap_s"):
         kill.add_bar(name=q, x=[r["broker"] for r in sel], y=[r.get(q) for r in sel])
     kill.update_layout(barmode="group", title="kill -9 of the leader: seconds without charges")
-    return [("latency", lat), ("throughput", thr), ("failover", kill)]
+    return [("latency", lat), ("throughput", thr), ("failover", kill),
+            ("failover timeline", charts.timeline(ok, lang="en")),
+            ("latency distributions", charts.latency_cdf(ok, cases=("latency", "leader-kill"), lang="en"))]
 
 
 def main(argv: list[str] | None = None) -> int:

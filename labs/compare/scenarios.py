@@ -69,6 +69,9 @@ class Row(TypedDict, total=False):
     elapsed_s: float
     first_charge_after_kill_s: float | None
     longest_gap_s: float | None
+    charge_times_s: list[float]  # each charge, in s from the case's start (the ledger's charged_at)
+    kill_at_s: float  # the leader's kill, in s from the case's start
+    latencies_ms: list[float]  # produce -> charge of each first charge (the consumers' tally)
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,7 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> Ro
     if killed_port:
         row |= _after_fault(ledger, plog, killed_at)
         row["killed_port"] = killed_port
+        row["kill_at_s"] = round(killed_at - started, 3)
     if crash_at:
         absorbed = sorted(t for tl in tallies for t in tl.absorbed_at)
         row["crash_redelivered_after_s"] = round(absorbed[0] - crash_at, 2) if absorbed else None
@@ -234,6 +238,8 @@ def _figures(ledger: Path, plog: ProduceLog, tallies: list[Tally], dead: list[st
         "poison_attempts": attempts_poison if poison else None,
         "poison_dead_lettered": bool(poison) and poison <= set(dead),
         "elapsed_s": round(time.time() - started, 2),
+        "charge_times_s": [round(t - started, 3) for t in charged_at],
+        "latencies_ms": [round(ms, 1) for ms in sorted(latencies)],
     }
 
 
