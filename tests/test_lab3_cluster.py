@@ -3,7 +3,8 @@
 Every cell's stream is three shards, one per master; the failover kills the master that serves
 slot 0, so one shard of each cell loses its master while the other two keep theirs. With
 ``sqlite`` nothing is lost or charged twice, every shard drains, the report names each shard,
-and the shards whose master lived never stopped charging for more than a second.
+and the shards whose master lived kept charging (no stop over a second, or over half the failed-over
+shard's stop on a loaded machine).
 """
 
 from __future__ import annotations
