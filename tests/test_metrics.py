@@ -33,8 +33,13 @@ def test_prometheus_endpoint_and_log_line(
         async with running(s) as worker:
             await until(lambda: worker.counts.processed == 5, 10, "five charges")
             await until(lambda: worker.counts.stream_length == 5, 5, "the gauges refreshed")
+            # The log line comes every 0.2 s: wait for one written after the charges, not the one before them.
+            await until(lambda: any("processed=5" in m for m in logged()), 5, "a metrics line after the charges")
             url = f"http://127.0.0.1:{port}/metrics"
             return await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
+
+    def logged() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("metrics ")]
 
     body = asyncio.run(scenario())
     assert "billing_processed_total{" in body
@@ -49,8 +54,8 @@ def test_prometheus_endpoint_and_log_line(
     assert "# HELP billing_errors_total Processing attempts that failed" in body
     count = next(ln for ln in body.splitlines() if ln.startswith("billing_processing_lag_seconds_count{"))
     assert count.endswith(" 5.0")
-    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("metrics ")]
-    assert logged and "processed=5" in logged[-1] and "stream_length=5" in logged[-1]
+    last = logged()[-1]
+    assert "processed=5" in last and "stream_length=5" in last
 
 
 def test_an_unknown_group_lag_is_reported_as_unknown(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
