@@ -67,3 +67,11 @@ def test_installed_flavours_report_their_version(monkeypatch: pytest.MonkeyPatch
         pytest.skip(f"{name} is not installed here: {err}")
     assert binaries.version(server)[:2] >= flavours.FLAVOURS[name].min_version
     assert binaries.require("redis-sentinel") and binaries.require("redis-cli")
+
+
+def test_only_redis_8_2_and_later_moves_a_groups_lag_on_trim() -> None:
+    """The servers measured: Redis 7.0.15 and Valkey 8.0.1 keep counting trimmed entries, Redis 8.2.3 does not."""
+    assert not flavours.trim_moves_group_lag({"redis_version": "7.0.15"})
+    valkey = {"redis_version": "7.2.4", "valkey_version": "8.0.1", "server_name": "valkey"}
+    assert not flavours.trim_moves_group_lag(valkey)
+    assert flavours.trim_moves_group_lag({"redis_version": "8.2.3"})
