@@ -48,6 +48,7 @@ from solutions.worker import Worker
 
 GROUP = "billing"
 DRAIN_TIMEOUT_S = 30.0
+RESHARD_MIN_IDLE_MS = 4000  # the reshard's rescuer waits past the move (see reshard_under_load)
 Mark = Callable[[str], None]  # called with a label when the fault starts (a live chart draws a line)
 
 
@@ -176,8 +177,10 @@ async def reshard_under_load(
         detail = {"stuck_id": _text(stuck), "pel_before": before, "pel_after": after, "extra_events": ("stuck-0",)}
         return source, target, elapsed_s, detail
 
+    # The crashed consumer's entry must still be its own when the move is over: a rescuer after 1.5 s idle took
+    # it first once, on a loaded machine where the move took that long. 4 s: it is rescued after the move.
     run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate, before_s=before_s,
-                            after_s=after_s, fault=fault)
+                            after_s=after_s, fault=fault, min_idle_ms=RESHARD_MIN_IDLE_MS)
     return replace(run, kind="reshard")
 
 
