@@ -58,7 +58,8 @@ def test_a_live_reshard_moves_the_stream_with_its_pel_and_the_worker_follows(
 def test_per_key_order_holds_across_parallel_shards_and_the_global_order_does_not(
     cluster: ClusterTopology, tmp_path: Path
 ) -> None:
-    run = asyncio.run(steady_load(cluster, stream="cw:order", ledger=tmp_path / "l.sqlite3", rate=400, seconds=1.5))
+    run = asyncio.run(steady_load(cluster, stream="cw:order", ledger=tmp_path / "l.sqlite3", rate=400, seconds=1.5,
+                                  min_sent=350))
     assert run.tally.confirmed > 300 and run.tally.lost == 0 and run.tally.duplicated == 0
     assert run.violations == 0, "one order's events were charged in the order they were produced"
     assert run.detail["global_inversions"] > 0, "events of different orders were charged out of production order"

@@ -40,6 +40,7 @@ from labs.experiments.cluster_load import (
 )
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.reshard import move_slot
+from labs.polling import until
 from solutions.cluster_router import ClusterRouter
 from solutions.cluster_site import ClusterSite
 from solutions.settings import Address, Settings
@@ -49,6 +50,7 @@ from solutions.worker import Worker
 GROUP = "billing"
 DRAIN_TIMEOUT_S = 30.0
 RESHARD_MIN_IDLE_MS = 4000  # the reshard's rescuer waits past the move (see reshard_under_load)
+WRITE_TIMEOUT_S = 30.0  # how long a scenario waits for its writers' minimum
 Mark = Callable[[str], None]  # called with a label when the fault starts (a live chart draws a line)
 
 
@@ -189,7 +191,7 @@ Fault = Callable[[ClusterRouter, ShardSet], Any]
 
 async def _under_load(
     topology: ClusterTopology, *, stream: str, ledger: Path, shards: int, rate: float, before_s: float,
-    after_s: float, fault: Fault | None, **worker: Any,
+    after_s: float, fault: Fault | None, min_sent: int = 0, **worker: Any,
 ) -> FaultRun:
     startup = startup_nodes(topology)
     async with await ClusterRouter.connect(startup) as router:
@@ -198,6 +200,8 @@ async def _under_load(
         async with running(worker_settings(startup, stream, shards, ledger, **worker)):
             writing = asyncio.create_task(writers.run(stop))
             await asyncio.sleep(before_s)
+            if min_sent:  # the writers share this loop with the worker: a starved machine sends fewer in before_s
+                await until(lambda: len(writers.sent) >= min_sent, WRITE_TIMEOUT_S, f"{min_sent} events sent")
             fault_at = time.time()
             old, new, fault_s, detail = await fault(router, shard_set) if fault else (0, 0, 0.0, {})
             await asyncio.sleep(after_s)
@@ -220,11 +224,15 @@ async def _under_load(
 
 async def steady_load(
     topology: ClusterTopology, *, stream: str, ledger: Path, shards: int = 3, rate: float = 400.0,
-    seconds: float = 2.0, parallelism: int = 8, handler_jitter_ms: int = 5,
+    seconds: float = 2.0, parallelism: int = 8, handler_jitter_ms: int = 5, min_sent: int = 0,
 ) -> FaultRun:
-    """Writers and the worker with no fault: per-key order and the global order of the charges."""
+    """Writers and the worker with no fault: per-key order and the global order of the charges.
+
+    ``min_sent``: go on past ``seconds`` until that many events were sent (a loaded machine sent 57 of 600).
+    """
     run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate, before_s=seconds,
-                            after_s=0.0, fault=None, parallelism=parallelism, handler_jitter_ms=handler_jitter_ms)
+                            after_s=0.0, fault=None, min_sent=min_sent, parallelism=parallelism,
+                            handler_jitter_ms=handler_jitter_ms)
     return replace(run, kind="none")
 
 
