@@ -39,6 +39,7 @@ log = logging.getLogger("solutions.worker")
 SETTLE_MARGIN_S = 5.0  # at shutdown, a commit on its way gets the ledger's busy timeout plus this
 LEFT_LISTED = 1000  # at most this many ids of what is left pending go into the drain line
 LEFT_QUERY_TIMEOUT_S = 2.0
+CLOSE_MARGIN_S = 5.0  # closing the clients and the ledger (its last checkpoint), in drain_bound_s
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,13 @@ class Lifecycle(ABC):
             except Exception as exc:  # a bug: said with its traceback; the worker goes on
                 log.error("metrics refresh raised %s", describe(exc), exc_info=exc)
             log.info("metrics %s", self._metrics_line())
+
+
+def drain_bound_s(settings: Settings) -> float:
+    """The longest :meth:`Lifecycle.run` can take from the stop to its return, by its own timeouts:
+    the runs in hand, a commit on its way, the PEL query and the lease, and a margin for closing."""
+    settle_s = settings.ledger_busy_timeout_ms / 1000 + SETTLE_MARGIN_S
+    return settings.drain_timeout_s + settle_s + 2 * LEFT_QUERY_TIMEOUT_S + CLOSE_MARGIN_S
 
 
 async def release_lease(part: StreamPart) -> None:

@@ -101,21 +101,25 @@ def test_the_signal_handler_drains_in_process(
     produce(client, s.stream, 40, orders=40)
     caplog.set_level(logging.INFO, logger="solutions.worker")
 
-    async def scenario() -> tuple[set[str], int]:
+    async def scenario() -> tuple[set[str], list[str], int]:
         worker = Worker(s)
         task = asyncio.create_task(worker.run(handle_signals=True))
-        await until(lambda: len(worker.pool) > 0, 10, "work in hand")
+        # The pool past its read limit (parallelism + count): the reader waits for room, no read is in flight.
+        await until(lambda: len(worker.pool) > s.parallelism + s.count, 10, "the pool full")
         in_hand = set(worker.pool.in_flight)
         worker._on_signal(signal.SIGTERM)
         summary = await asyncio.wait_for(task, s.drain_timeout_s + 10)
-        assert summary.left_pending == []
-        return in_hand, summary.counts.processed
+        return in_hand, summary.left_pending, summary.counts.processed
 
-    in_hand, processed = asyncio.run(scenario())
+    in_hand, left, processed = asyncio.run(scenario())
     charged = {msg_id for _, _, msg_id, _ in charges(s.ledger)}
     assert in_hand <= charged, "the work in hand at the signal was finished"
     assert processed == len(charged) < 40, "the worker stopped reading new messages"
-    assert pending_ids(client, s.stream, s.group) == set(), "everything read was charged and acked"
+    # What it says it left is what Redis holds for it, and none of it was charged. On a starved machine the
+    # handlers can free room before the signal is handled, and a read in flight then is cancelled after
+    # Redis delivered its batch: those entries stay pending for the rescuer (the SIGTERM test above).
+    assert set(left) == pending_ids(client, s.stream, s.group), left
+    assert not set(left) & charged, "a charged message was left unacked"
     messages = [r.getMessage() for r in caplog.records if r.name == "solutions.worker"]
     assert sum("received SIGTERM" in m for m in messages) == 1, messages
     assert sum("drain complete" in m for m in messages) == 1, messages

@@ -43,6 +43,7 @@ from labs.launcher.reshard import move_slot
 from labs.polling import until
 from solutions.cluster_router import ClusterRouter
 from solutions.cluster_site import ClusterSite
+from solutions.lifecycle import drain_bound_s
 from solutions.settings import Address, Settings
 from solutions.shards import ShardSet, ensure_shards, shard_of, slot_of
 from solutions.worker import Worker
@@ -60,6 +61,7 @@ def worker_settings(startup: Sequence[Address], stream: str, shards: int, ledger
         "cluster": tuple(startup), "shards": shards, "stream": stream, "group": GROUP, "consumer": "w1",
         "ledger": ledger, "handler_delay_ms": 5, "block_ms": 500, "min_idle_ms": 1500, "claim_interval_ms": 250,
         "metrics_interval_s": 60.0, "drain_timeout_s": 10.0, "dedupe": "sqlite",
+        "ledger_busy_timeout_ms": 5000,  # nothing else writes the scenario's ledger; bounds the drain's wait
     }
     values.update(overrides)
     return Settings(**values)
@@ -83,7 +85,26 @@ async def running(settings: Settings) -> Any:
         yield worker
     finally:
         worker.request_stop()
-        await asyncio.wait_for(task, settings.drain_timeout_s + 10)
+        bound_s = drain_bound_s(settings)
+        done, _ = await asyncio.wait({task}, timeout=bound_s)
+        if not done:
+            waits = tasks_waiting_at()
+            task.cancel()
+            raise AssertionError(f"the worker did not return within {bound_s:g} s of the stop, its drain's own "
+                                 f"bound; its tasks were waiting at:\n{waits}")
+        task.result()
+
+
+def tasks_waiting_at() -> str:
+    """One line per task of this loop but the caller: its name and the line its innermost frame is on."""
+    lines = []
+    for task in asyncio.all_tasks():
+        if task is asyncio.current_task():
+            continue
+        frames = task.get_stack()
+        where = f"{frames[-1].f_code.co_filename}:{frames[-1].f_lineno} {frames[-1].f_code.co_name}" if frames else "?"
+        lines.append(f"  {task.get_name()}: {where}")
+    return "\n".join(sorted(lines))
 
 
 async def wait_charged(ledger: Path, event_ids: set[str], timeout_s: float) -> list[Charged]:

@@ -123,14 +123,19 @@ class _Writer:
         )
 
 
-async def _listen_events(sentinels: tuple[Address, ...], seen: dict[str, float]) -> None:
-    """First sight of each of :data:`EVENTS` on any sentinel's Pub/Sub."""
+async def _listen_events(sentinels: tuple[Address, ...], seen: dict[str, float], subscribed: list[Address]) -> None:
+    """First sight of each of :data:`EVENTS` on any sentinel's Pub/Sub; ``subscribed`` lists the sentinels
+    whose subscription is confirmed (an event published before that is missed, and a late first sight of
+    ``+switch-master`` would shorten the wait measured from it)."""
 
     async def one(address: Address) -> None:
         client = aioredis.Redis(host=address[0], port=address[1])
         try:
             async with client.pubsub() as pubsub:
                 await pubsub.subscribe(*EVENTS)
+                while await pubsub.get_message(timeout=1.0) is None:  # the confirmations of the subscribe
+                    pass
+                subscribed.append(address)
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
                         seen.setdefault(message["channel"].decode(), time.monotonic())
@@ -163,11 +168,12 @@ async def graceful_window(
     writers = [_Writer(name, plain_client(sentinels), f"{prefix}{name}") for name in ("plain", "watched")]
     watch = FailoverWatch(writers[1].client, sentinels, MASTER_NAME)
     old_probe = aioredis.Redis(host=old[0], port=old[1], socket_timeout=SOCKET_TIMEOUT_S)
-    stop, seen = asyncio.Event(), dict[str, float]()
-    background = [asyncio.create_task(_listen_events(sentinels, seen)), asyncio.create_task(watch.run())]
+    stop, seen, listening = asyncio.Event(), dict[str, float](), list[Address]()
+    background = [asyncio.create_task(_listen_events(sentinels, seen, listening)), asyncio.create_task(watch.run())]
     writing = [asyncio.create_task(w.run(interval_ms, stop)) for w in writers]
     try:
-        await _poll(lambda: _started(watch, writers, len(sentinels)), 10, "the writers and the watch to start")
+        await _poll(lambda: _started(watch, writers, listening, len(sentinels)), 10,
+                    "the writers, the watch and the event listeners to start")
         started = time.monotonic()
         await asyncio.to_thread(ask_failover, topology.sentinels, started + timeout_s)
         demoted = await _poll(lambda: _role_is(old_probe, "slave"), timeout_s, "Sentinel to demote the old master")
@@ -196,8 +202,8 @@ def _ids(client: redis.Redis, stream: str) -> set[str]:
     return {msg_id.decode() if isinstance(msg_id, bytes) else str(msg_id) for msg_id, _ in entries}
 
 
-async def _started(watch: FailoverWatch, writers: list[_Writer], n_sentinels: int) -> bool:
-    return watch.subscribed == n_sentinels and all(len(w.acks) >= 3 for w in writers)
+async def _started(watch: FailoverWatch, writers: list[_Writer], listening: list[Address], n_sentinels: int) -> bool:
+    return watch.subscribed == n_sentinels == len(listening) and all(len(w.acks) >= 3 for w in writers)
 
 
 async def _role_is(client: aioredis.Redis, role: str) -> bool:
