@@ -56,6 +56,7 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -332,10 +333,12 @@ class Pipeline:
         return self._records.pending
 
     async def settle(self, timeout_s: float) -> bool:
-        """Wait for every batched dedupe call, commit and XACK still on its way; True if all landed."""
+        """Wait up to ``timeout_s`` in all for every batched dedupe call, commit and XACK still on its way;
+        True if all landed."""
+        deadline = time.monotonic() + timeout_s
         settled = True
         for coalescer in (self._begins, self._records, self._acknowledged, self._duplicates):
-            settled = await coalescer.wait_idle(timeout_s) and settled
+            settled = await coalescer.wait_idle(max(0.0, deadline - time.monotonic())) and settled
         return settled
 
 
