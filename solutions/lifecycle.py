@@ -26,6 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from solutions.cancelling import cancel_and_wait
 from solutions.connection import REDIS_ERRORS, describe
 from solutions.ledger import Ledger
 from solutions.metrics import Metrics, Snapshot
@@ -39,6 +40,7 @@ log = logging.getLogger("solutions.worker")
 SETTLE_MARGIN_S = 5.0  # at shutdown, a commit on its way gets the ledger's busy timeout plus this
 LEFT_LISTED = 1000  # at most this many ids of what is left pending go into the drain line
 LEFT_QUERY_TIMEOUT_S = 2.0
+CANCEL_TIMEOUT_S = 5.0  # the readers, rescuers and watchers at the drain's start (solutions.cancelling)
 CLOSE_MARGIN_S = 5.0  # closing the clients and the ledger (its last checkpoint), in drain_bound_s
 
 
@@ -174,9 +176,7 @@ class Lifecycle(ABC):
 
     async def _drain(self, tasks: list[asyncio.Task[None]]) -> Summary:
         started = time.monotonic()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks, CANCEL_TIMEOUT_S)
         if self.breaker is not None:
             await self.breaker.aclose()
         parts = self.stream_parts()
@@ -226,7 +226,7 @@ def drain_bound_s(settings: Settings) -> float:
     """The longest :meth:`Lifecycle.run` can take from the stop to its return, by its own timeouts:
     the runs in hand, a commit on its way, the PEL query and the lease, and a margin for closing."""
     settle_s = settings.ledger_busy_timeout_ms / 1000 + SETTLE_MARGIN_S
-    return settings.drain_timeout_s + settle_s + 2 * LEFT_QUERY_TIMEOUT_S + CLOSE_MARGIN_S
+    return CANCEL_TIMEOUT_S + settings.drain_timeout_s + settle_s + 2 * LEFT_QUERY_TIMEOUT_S + CLOSE_MARGIN_S
 
 
 async def release_lease(part: StreamPart) -> None:

@@ -23,6 +23,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
+from solutions.cancelling import cancel_and_wait
+
 log = logging.getLogger(__name__)
 
 
@@ -135,9 +137,5 @@ class Pool:
                 break
             await asyncio.wait(set(self.in_flight.values()), timeout=left_s)
         left = sorted(self.in_flight)
-        tasks = set(self.in_flight.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=1.0)
+        await cancel_and_wait(set(self.in_flight.values()), 1.0)
         return left

@@ -64,6 +64,7 @@ from typing import IO
 
 from redis.exceptions import RedisError
 
+from solutions.cancelling import cancel_and_wait
 from solutions.cli import HelpFormatter, Parser, address, cluster_stream_problem, env_addresses, redis_url
 from solutions.cluster_router import ClusterRouter, RoutingOptions
 from solutions.connection import connect, describe
@@ -73,6 +74,7 @@ from solutions.settings import DEFAULT_REDIS_URL, MAX_SHARDS, SOCKET_MARGIN_S, I
 from solutions.shards import ensure_shards, shard_of
 
 log = logging.getLogger("solutions.producer")
+WATCH_STOP_TIMEOUT_S = 5.0  # the failover or slot-map watch at exit (solutions.cancelling)
 
 __all__ = ["CONFIRMED", "REFUSED", "UNKNOWN", "Outcome", "Producer", "Sender", "Tally", "build_parser", "main",
            "make_event"]
@@ -217,9 +219,7 @@ async def _to_one_stream(args: argparse.Namespace, stop: asyncio.Event, out: IO[
             await client.ping()
         return await Producer([Sender(client, args, out)], args).run(stop)
     finally:
-        watch.cancel()
-        with suppress(asyncio.CancelledError):
-            await watch
+        await cancel_and_wait([watch], WATCH_STOP_TIMEOUT_S)
         await client.aclose()
 
 
@@ -240,9 +240,7 @@ async def _to_cluster(args: argparse.Namespace, stop: asyncio.Event, out: IO[str
                    for name in shards.names]
         return await Producer(senders, args).run(stop)
     finally:
-        watch.cancel()
-        with suppress(asyncio.CancelledError):
-            await watch
+        await cancel_and_wait([watch], WATCH_STOP_TIMEOUT_S)
         await router.aclose()
 
 

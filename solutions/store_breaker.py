@@ -37,6 +37,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from solutions.cancelling import cancel_and_wait
 from solutions.connection import REDIS_ERRORS, Backoff, describe
 from solutions.metrics import Metrics
 from solutions.sqlite_errors import LedgerUnavailable
@@ -47,6 +48,7 @@ PROBE_BASE_S = 0.05
 PROBE_CAP_S = 1.0
 SUMMARY_EVERY_S = 30.0
 STABLE_S = 10.0  # up this long, and the next outage's probes start from the shortest delay again
+PROBER_STOP_TIMEOUT_S = 5.0  # the prober at shutdown (solutions.cancelling)
 TRIAL_S = 2.0  # on trial this long with nothing failing (nothing to charge, say), and the store is back
 
 Probe = Callable[[], Awaitable[None]]
@@ -142,10 +144,8 @@ class StoreBreaker:
 
     async def aclose(self) -> None:
         """Stop probing (at shutdown)."""
-        if self._prober is not None and not self._prober.done():
-            self._prober.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._prober
+        if self._prober is not None:
+            await cancel_and_wait([self._prober], PROBER_STOP_TIMEOUT_S)
 
     async def _probe_until_up(self) -> None:
         summary_at = time.monotonic()

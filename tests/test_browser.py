@@ -161,6 +161,16 @@ EXECUTE_JS = """
   .then(({content}) => ({status: content.status, error: `${content.ename}: ${content.evalue}`,
                         run_dir: content.status === 'ok' ? content.user_expressions.run_dir.data['text/plain'] : null}))
 """
+PANEL_STATE_JS = """
+(selector) => ({
+  plots: document.querySelectorAll(selector).length,
+  panel_parents: document.querySelectorAll(selector.split(' ')[0]).length,
+  widgets: document.querySelectorAll('.jp-OutputArea-output .jupyter-widgets').length,
+  widget_errors: Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.innerText)
+    .filter(t => /Error|error loading|model not found/i.test(t)).map(t => t.slice(0, 200)),
+  kernel: window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status,
+})
+"""
 BOXES_JS = """
 () => Array.from(document.querySelectorAll('.exercise-check')).map(el => ({
   id: el.dataset.exercise, passed: el.dataset.passed === 'true', text: el.innerText }))
@@ -381,8 +391,13 @@ def _reload_redraws(page: Any, path: StudentPath, box: str, screens: Path) -> Pa
         assert page.evaluate(BOXES_JS) == box_before  # every box, green or red, with its text
         assert _boxes(page)[path.exercise] == [True]
         return _shoot(page, screens, f"student-{stem}-5-box-after-reload.png", box)
-    page.wait_for_function(f"(s) => {{ const d = ({PLOT_DATA_JS})(s); return d && Math.max(...d.points) > 0; }}",
-                           arg=path.panel, timeout=60000, polling=300)
+    try:
+        page.wait_for_function(f"(s) => {{ const d = ({PLOT_DATA_JS})(s); return d && Math.max(...d.points) > 0; }}",
+                               arg=path.panel, timeout=60000, polling=300)
+    except Exception:
+        page.screenshot(path=str(screens / f"student-{stem}-5-reload-timeout.png"))
+        print("after the reload:", page.evaluate(PANEL_STATE_JS, path.panel))
+        raise
     after = page.evaluate(PLOT_DATA_JS, path.panel)
     assert before is not None and after["points"] == before["points"], (before, after)  # every line, every point
     assert after["yaxis"] == pytest.approx(before["yaxis"]) and after["xaxis"] == pytest.approx(before["xaxis"])

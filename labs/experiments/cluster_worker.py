@@ -88,22 +88,28 @@ async def running(settings: Settings) -> Any:
         bound_s = drain_bound_s(settings)
         done, _ = await asyncio.wait({task}, timeout=bound_s)
         if not done:
-            waits = tasks_waiting_at()
+            waits = tasks_waiting_at(str(Path(__file__).resolve().parents[2]))
             task.cancel()
             raise AssertionError(f"the worker did not return within {bound_s:g} s of the stop, its drain's own "
                                  f"bound; its tasks were waiting at:\n{waits}")
         task.result()
 
 
-def tasks_waiting_at() -> str:
-    """One line per task of this loop but the caller: its name and the line its innermost frame is on."""
+def tasks_waiting_at(prefix: str = "") -> str:
+    """One line per task of this loop but the caller whose coroutine is defined under ``prefix``: its name and
+    the chain of awaits it is suspended in (``Task.get_stack`` gives only the outermost frame)."""
     lines = []
     for task in asyncio.all_tasks():
-        if task is asyncio.current_task():
+        coro: Any = task.get_coro()
+        if task is asyncio.current_task() or not getattr(coro, "cr_code", None) or \
+                not coro.cr_code.co_filename.startswith(prefix):
             continue
-        frames = task.get_stack()
-        where = f"{frames[-1].f_code.co_filename}:{frames[-1].f_lineno} {frames[-1].f_code.co_name}" if frames else "?"
-        lines.append(f"  {task.get_name()}: {where}")
+        chain = []
+        while coro is not None and getattr(coro, "cr_frame", None) is not None:
+            frame = coro.cr_frame
+            chain.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno} {frame.f_code.co_name}")
+            coro = coro.cr_await
+        lines.append(f"  {task.get_name()}: {' > '.join(chain)}")
     return "\n".join(sorted(lines))
 
 

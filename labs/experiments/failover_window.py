@@ -40,6 +40,7 @@ from redis.asyncio.sentinel import Sentinel
 from labs.launcher.errors import LauncherError
 from labs.launcher.sentinel import MASTER_NAME, ask_failover
 from labs.launcher.topology import Address, Topology
+from solutions.cancelling import cancel_and_wait
 from solutions.failover_watch import FailoverWatch
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 EVENTS = ("+promoted-slave", "+switch-master", "+convert-to-slave")
 SENTINEL_RECONFIG_WAIT_S = 8.0  # sentinel.c: a "replica" reporting role master is fixed after > 4 x 2 s
 SOCKET_TIMEOUT_S = 2.0
+BACKGROUND_STOP_TIMEOUT_S = 5.0  # the event listeners and the watch (solutions.cancelling)
 
 
 @dataclass(frozen=True)
@@ -181,9 +183,8 @@ async def graceful_window(
         await _poll(lambda: _wrote_since(writers, counts), 10, "both clients to write after the demotion")
     finally:
         stop.set()
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, *writing, return_exceptions=True)
+        await cancel_and_wait(background, BACKGROUND_STOP_TIMEOUT_S)
+        await asyncio.gather(*writing, return_exceptions=True)
         for client in (*(w.client for w in writers), old_probe):
             await client.aclose()
     new = topology.master_addr()
