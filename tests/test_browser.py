@@ -393,7 +393,7 @@ def _reload_redraws(page: Any, path: StudentPath, box: str, screens: Path) -> Pa
         return _shoot(page, screens, f"student-{stem}-5-box-after-reload.png", box)
     try:
         page.wait_for_function(f"(s) => {{ const d = ({PLOT_DATA_JS})(s); return d && Math.max(...d.points) > 0; }}",
-                               arg=path.panel, timeout=60000, polling=300)
+                               arg=path.panel, timeout=90000, polling=300)  # a loaded machine: 60 s ran out once
     except Exception:
         page.screenshot(path=str(screens / f"student-{stem}-5-reload-timeout.png"))
         print("after the reload:", page.evaluate(PANEL_STATE_JS, path.panel))
