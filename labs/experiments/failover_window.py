@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 EVENTS = ("+promoted-slave", "+switch-master", "+convert-to-slave")
 SENTINEL_RECONFIG_WAIT_S = 8.0  # sentinel.c: a "replica" reporting role master is fixed after > 4 x 2 s
 SOCKET_TIMEOUT_S = 2.0
-BACKGROUND_STOP_TIMEOUT_S = 5.0  # the event listeners and the watch (solutions.cancelling)
+BACKGROUND_STOP_TIMEOUT_S = 5.0
+# ~10 s is the rule (8 s, checked on a 10 s INFO); a sentinel starved for over 2 s stops acting for 30 s (TILT)
+DEMOTE_TIMEOUT_S = 45.0  # the event listeners and the watch (solutions.cancelling)
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,13 @@ async def graceful_window(
                     "the writers, the watch and the event listeners to start")
         started = time.monotonic()
         await asyncio.to_thread(ask_failover, topology.sentinels, started + timeout_s)
-        demoted = await _poll(lambda: _role_is(old_probe, "slave"), timeout_s, "Sentinel to demote the old master")
+        try:
+            demoted = await _poll(lambda: _role_is(old_probe, "slave"), DEMOTE_TIMEOUT_S,
+                                  "Sentinel to demote the old master")
+        except LauncherError as exc:
+            since = {k: round(v - started, 1) for k, v in seen.items()}
+            raise LauncherError(f"{exc}; events seen (s after the request): {since}; "
+                                f"{await asyncio.to_thread(_sentinels_state, topology)}") from None
         counts = [len(w.acks) for w in writers]
         await _poll(lambda: _wrote_since(writers, counts), 10, "both clients to write after the demotion")
     finally:
@@ -195,6 +203,19 @@ async def graceful_window(
     )
     log.info("graceful failover %s -> %s: %s", old, new, window)
     return window
+
+
+def _sentinels_state(topology: Topology) -> str:
+    """Each sentinel's TILT flag and the master it names, for an error message."""
+    said = []
+    for proc in topology.sentinels:
+        try:
+            with contextlib.closing(proc.client()) as client:
+                info = client.info("sentinel")
+                said.append(f"{proc.name}: tilt {info.get('sentinel_tilt')}, {info.get('master0')}")
+        except redis.RedisError as exc:
+            said.append(f"{proc.name}: {exc}")
+    return "; ".join(said)
 
 
 def _ids(client: redis.Redis, stream: str) -> set[str]:
