@@ -173,3 +173,33 @@ def test_node_example_reads_every_flag_of_the_contract_and_parses(tmp_path: Path
     done = subprocess.run(["node", "--check", str(ROOT / "labs/lab3/examples/node/worker.js")], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("module", ["worker_reference", "worker_starter"])
+def test_workers_opening_a_new_ledger_at_once_all_get_it(module: str, tmp_path: Path) -> None:
+    """Two workers of a lab 3 run open one new ledger at the same moment; the switch to WAL can refuse one of
+    them at once ("database is locked", whatever the timeout: seen in a clean-clone CI run), so it is retried."""
+    import importlib
+    import threading
+
+    open_ledger = importlib.import_module(f"labs.lab3.{module}").open_ledger
+    for round_no in range(10):
+        path = str(tmp_path / f"l{round_no}.sqlite3")
+        start, errors, modes = threading.Barrier(6), list[Exception](), list[str]()
+
+        def opens(path: str = path, start: threading.Barrier = start, errors: list[Exception] = errors,
+                  modes: list[str] = modes) -> None:
+            start.wait()
+            try:
+                db = open_ledger(path, 10.0)
+                modes.append(db.execute("PRAGMA journal_mode").fetchone()[0])
+                db.close()
+            except sqlite3.Error as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=opens) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and modes == ["wal"] * 6, (errors, modes)

@@ -102,6 +102,25 @@ def malformed(fields: dict[str, str]) -> str | None:
     return None if ok else f"permanent: bad amount {fields['amount']!r}"
 
 
+def open_ledger(path: str, timeout_s: float = 30.0) -> sqlite3.Connection:
+    """The ledger, in WAL mode, with its tables. When two workers open a new ledger at the same moment, one
+    of them may get "database is locked" from the switch to WAL at once, whatever the timeout (SQLite does
+    not wait there): the switch is tried again until ``timeout_s``."""
+    db = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(SCHEMA)
+            return db
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                db.close()
+                raise
+            time.sleep(0.05)
+
+
 class Worker:
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args
@@ -110,9 +129,7 @@ class Worker:
             args.master_name, socket_timeout=args.block_ms / 1000 + 3, decode_responses=True)
         self.dead_letter_script = self.redis.register_script(DEAD_LETTER_LUA)
         Path(args.ledger).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(args.ledger, timeout=30, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(SCHEMA)
+        self.db = open_ledger(args.ledger)
         self.attempts = itertools.count(1)
         self.counts = {"processed": 0, "errors": 0, "duplicates": 0, "dead_lettered": 0, "reclaimed": 0}
         self.stopping = False
