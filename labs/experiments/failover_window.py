@@ -83,10 +83,23 @@ class GracefulWindow:
     plain: WriterRun
     watched: WriterRun
     interval_ms: int = field(default=50)
+    # each sentinel's own first sight of each event, s from the failover request: {port: {event: s}}
+    by_sentinel: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @property
     def switch_s(self) -> float:
         return self.events["+switch-master"]
+
+    @property
+    def reconfig_wait_s(self) -> float:
+        """Sentinel's own wait, on the sentinel that reconfigured the old master: from its ``+switch-master``
+        (when it made the old master a "replica" to watch) to its ``+convert-to-slave``. Measured on one
+        sentinel: the first ``+switch-master`` on any is up to a hello period (2 s) ahead of the others'."""
+        waits = [seen["+convert-to-slave"] - seen["+switch-master"] for seen in self.by_sentinel.values()
+                 if "+convert-to-slave" in seen and "+switch-master" in seen]
+        if not waits:
+            raise ValueError(f"no sentinel was seen both switching and converting: {self.by_sentinel}")
+        return min(waits)
 
 
 def plain_client(sentinels: tuple[Address, ...]) -> aioredis.Redis:
@@ -127,7 +140,8 @@ class _Writer:
         )
 
 
-async def _listen_events(sentinels: tuple[Address, ...], seen: dict[str, float], subscribed: list[Address]) -> None:
+async def _listen_events(sentinels: tuple[Address, ...], seen: dict[str, float], subscribed: list[Address],
+                         by_sentinel: dict[int, dict[str, float]]) -> None:
     """First sight of each of :data:`EVENTS` on any sentinel's Pub/Sub; ``subscribed`` lists the sentinels
     whose subscription is confirmed (an event published before that is missed, and a late first sight of
     ``+switch-master`` would shorten the wait measured from it)."""
@@ -142,7 +156,9 @@ async def _listen_events(sentinels: tuple[Address, ...], seen: dict[str, float],
                 subscribed.append(address)
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
-                        seen.setdefault(message["channel"].decode(), time.monotonic())
+                        now, channel = time.monotonic(), message["channel"].decode()
+                        seen.setdefault(channel, now)
+                        by_sentinel.setdefault(address[1], {}).setdefault(channel, now)
         finally:
             await client.aclose()
 
@@ -173,7 +189,9 @@ async def graceful_window(
     watch = FailoverWatch(writers[1].client, sentinels, MASTER_NAME)
     old_probe = aioredis.Redis(host=old[0], port=old[1], socket_timeout=SOCKET_TIMEOUT_S)
     stop, seen, listening = asyncio.Event(), dict[str, float](), list[Address]()
-    background = [asyncio.create_task(_listen_events(sentinels, seen, listening)), asyncio.create_task(watch.run())]
+    by_sentinel: dict[int, dict[str, float]] = {}
+    background = [asyncio.create_task(_listen_events(sentinels, seen, listening, by_sentinel)),
+                  asyncio.create_task(watch.run())]
     writing = [asyncio.create_task(w.run(interval_ms, stop)) for w in writers]
     try:
         await _poll(lambda: _started(watch, writers, listening, len(sentinels)), 10,
@@ -199,7 +217,8 @@ async def graceful_window(
     with contextlib.closing(topology.server(new[1]).client()) as on_new:
         plain, watched = (w.result(_ids(on_new, w.stream), started) for w in writers)
     window = GracefulWindow(
-        old, new, {k: v - started for k, v in seen.items()}, demoted - started, plain, watched, interval_ms
+        old, new, {k: v - started for k, v in seen.items()}, demoted - started, plain, watched, interval_ms,
+        {port: {k: v - started for k, v in events.items()} for port, events in by_sentinel.items()},
     )
     log.info("graceful failover %s -> %s: %s", old, new, window)
     return window
