@@ -144,7 +144,8 @@ def _up(args: argparse.Namespace) -> int:
     if args.topology in brokers.BROKERS:
         cluster = brokers.from_env(args.topology, default_run_dir())
         verb = "reused" if all(p.pid() for p in cluster.processes) else "started"
-        console.print(f"{args.topology}: starting 3 nodes (RabbitMQ takes about a minute) ..." if verb == "started"
+        slow = " (Erlang and the cluster's forming take up to a minute)" if args.topology == "rabbitmq" else ""
+        console.print(f"{args.topology}: starting 3 nodes{slow} ..." if verb == "started"
                       else f"{args.topology}: already running")
         urls = cluster.ensure()
         kind = "quorum queue" if args.topology == "rabbitmq" else "JetStream stream"
