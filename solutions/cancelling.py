@@ -42,14 +42,14 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]], timeout_s: float
         _, pending = await asyncio.wait(pending, timeout=min(RECANCEL_AFTER_S, left_s))
         if pending and rounds == 1:
             log.debug("still running %.1fs after a cancel: %s", RECANCEL_AFTER_S, _names(pending))
-    for task in tasks_done(tasks):
+    for task in _ended(tasks):
         task.exception()  # retrieved: a task's own error was its to log, not "never retrieved" at exit
     if pending:
         log.warning("still running %.1fs after %s cancels, left behind: %s", timeout_s, rounds, _names(pending))
     return pending
 
 
-def tasks_done(tasks: Iterable[asyncio.Future[Any]]) -> list[asyncio.Future[Any]]:
+def _ended(tasks: Iterable[asyncio.Future[Any]]) -> list[asyncio.Future[Any]]:
     """The ones that ended other than by a cancel."""
     return [task for task in tasks if task.done() and not task.cancelled()]
 

@@ -78,13 +78,17 @@ class GracefulWindow:
 
     old_master: Address
     new_master: Address
-    events: dict[str, float]  # first sight of each Sentinel event, s from the failover request
+    # each sentinel's own first sight of each event, s from the failover request: {port: {event: s}}
+    by_sentinel: dict[int, dict[str, float]]
     demoted_s: float  # when the old master first reported role:slave (polled)
     plain: WriterRun
     watched: WriterRun
     interval_ms: int = field(default=50)
-    # each sentinel's own first sight of each event, s from the failover request: {port: {event: s}}
-    by_sentinel: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def events(self) -> dict[str, float]:
+        """The first sight of each Sentinel event on any sentinel."""
+        return _first_sights(self.by_sentinel)
 
     @property
     def switch_s(self) -> float:
@@ -140,8 +144,16 @@ class _Writer:
         )
 
 
-async def _listen_events(sentinels: tuple[Address, ...], seen: dict[str, float], subscribed: list[Address],
-                         by_sentinel: dict[int, dict[str, float]]) -> None:
+def _first_sights(by_sentinel: dict[int, dict[str, float]]) -> dict[str, float]:
+    first: dict[str, float] = {}
+    for seen in by_sentinel.values():
+        for event, at in seen.items():
+            first[event] = min(at, first.get(event, at))
+    return first
+
+
+async def _listen_events(sentinels: tuple[Address, ...], by_sentinel: dict[int, dict[str, float]],
+                         subscribed: list[Address]) -> None:
     """First sight of each of :data:`EVENTS` on any sentinel's Pub/Sub; ``subscribed`` lists the sentinels
     whose subscription is confirmed (an event published before that is missed, and a late first sight of
     ``+switch-master`` would shorten the wait measured from it)."""
@@ -156,9 +168,7 @@ async def _listen_events(sentinels: tuple[Address, ...], seen: dict[str, float],
                 subscribed.append(address)
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
-                        now, channel = time.monotonic(), message["channel"].decode()
-                        seen.setdefault(channel, now)
-                        by_sentinel.setdefault(address[1], {}).setdefault(channel, now)
+                        by_sentinel.setdefault(address[1], {}).setdefault(message["channel"].decode(), time.monotonic())
         finally:
             await client.aclose()
 
@@ -188,9 +198,9 @@ async def graceful_window(
     writers = [_Writer(name, plain_client(sentinels), f"{prefix}{name}") for name in ("plain", "watched")]
     watch = FailoverWatch(writers[1].client, sentinels, MASTER_NAME)
     old_probe = aioredis.Redis(host=old[0], port=old[1], socket_timeout=SOCKET_TIMEOUT_S)
-    stop, seen, listening = asyncio.Event(), dict[str, float](), list[Address]()
+    stop, listening = asyncio.Event(), list[Address]()
     by_sentinel: dict[int, dict[str, float]] = {}
-    background = [asyncio.create_task(_listen_events(sentinels, seen, listening, by_sentinel)),
+    background = [asyncio.create_task(_listen_events(sentinels, by_sentinel, listening)),
                   asyncio.create_task(watch.run())]
     writing = [asyncio.create_task(w.run(interval_ms, stop)) for w in writers]
     try:
@@ -202,7 +212,7 @@ async def graceful_window(
             demoted = await _poll(lambda: _role_is(old_probe, "slave"), DEMOTE_TIMEOUT_S,
                                   "Sentinel to demote the old master")
         except LauncherError as exc:
-            since = {k: round(v - started, 1) for k, v in seen.items()}
+            since = {k: round(v - started, 1) for k, v in _first_sights(by_sentinel).items()}
             raise LauncherError(f"{exc}; events seen (s after the request): {since}; "
                                 f"{await asyncio.to_thread(_sentinels_state, topology)}") from None
         counts = [len(w.acks) for w in writers]
@@ -217,8 +227,8 @@ async def graceful_window(
     with contextlib.closing(topology.server(new[1]).client()) as on_new:
         plain, watched = (w.result(_ids(on_new, w.stream), started) for w in writers)
     window = GracefulWindow(
-        old, new, {k: v - started for k, v in seen.items()}, demoted - started, plain, watched, interval_ms,
-        {port: {k: v - started for k, v in events.items()} for port, events in by_sentinel.items()},
+        old, new, {port: {k: v - started for k, v in seen.items()} for port, seen in by_sentinel.items()},
+        demoted - started, plain, watched, interval_ms,
     )
     log.info("graceful failover %s -> %s: %s", old, new, window)
     return window
