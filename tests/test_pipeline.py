@@ -75,7 +75,9 @@ def test_a_failed_handler_leaves_no_marker_behind(
     async def scenario() -> None:
         async with running(s) as worker:
             await until(lambda: worker.counts.processed == 20, 30, "every event charged")
-            assert worker.counts.errors >= 10 and worker.counts.dedupe_skipped == 0
+            assert worker.counts.errors >= 10
+            # A skip is not a failure's marker left behind: that event would never be charged (the ledger
+            # below). It is a charged message reclaimed before its XACK landed (a clean-clone CI run: 2).
 
     asyncio.run(scenario())
     assert charge_counts(s.ledger) == {f"ev-{i}": 1 for i in range(20)}
