@@ -74,7 +74,11 @@ PROBE = "INSERT OR REPLACE INTO store_probe(id, probed_at) VALUES (1, ?)"
 
 INSERT_CHARGES = "INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES "
 CLAIM_EVENTS = "INSERT INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
-CLAIM_NEW_EVENTS = "INSERT OR IGNORE INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
+LAST_CHARGE_ID = "SELECT max(id) FROM charges"
+CLAIM_INSERTED = (
+    "INSERT OR IGNORE INTO applied_events(event_id, msg_id, consumer, applied_at) "
+    "SELECT event_id, msg_id, consumer, charged_at FROM charges WHERE id > ?"
+)
 APPLIED_AMONG = "SELECT event_id FROM applied_events WHERE event_id IN "
 WIDTH = 4  # the values of a charge in :attr:`Charges.rows`: event_id, order_id, amount, msg_id
 ROWS_PER_STATEMENT = 100  # 400 parameters at most, well under SQLite's limit
@@ -96,11 +100,6 @@ def _insert_sql(rows: int) -> str:
 @functools.lru_cache(maxsize=64)
 def _claim_sql(rows: int) -> str:
     return CLAIM_EVENTS + _values(rows, 2, ", ?1, ?2")  # event_id, msg_id; consumer, applied_at
-
-
-@functools.lru_cache(maxsize=64)
-def _claim_new_sql(rows: int) -> str:
-    return CLAIM_NEW_EVENTS + _values(rows, 2, ", ?1, ?2")
 
 
 @functools.lru_cache(maxsize=64)
@@ -291,6 +290,8 @@ class Ledger:
             for batch in batches:
                 _execute_rows(db, _insert_sql, (batch.consumer, now), batch.rows, WIDTH)
             return [True] * sum(map(len, batches))
+        if self._claim_all(db, batches, now):
+            return [True] * sum(map(len, batches))
         applied = self._claim(db, batches, now)
         start = 0
         for batch in batches:
@@ -359,26 +360,32 @@ class Ledger:
             self._busy_ms = busy_ms
 
     @staticmethod
-    def _claim(db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
-        """Which charges are new; their ``applied_events`` rows are written.
-
-        Inside ``BEGIN IMMEDIATE`` no other writer can come between the steps. The usual
-        batch has no event applied before: ``INSERT OR IGNORE`` claims them all at once, and
-        the count of inserted rows says that it did. Otherwise that insert is undone (a
-        savepoint) and the events are looked up first, the repeats within the batch too.
-        """
+    def _claim_all(db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> bool:
+        """The usual batch: no event applied before and none twice. Its charges are inserted and
+        their ``applied_events`` rows claimed from them (``INSERT OR IGNORE ... SELECT``, nothing
+        bound twice); the count of claimed rows says whether every event was new. If one was
+        not, both inserts are undone (a savepoint) and False returned: :meth:`_claim` decides."""
         keys = batches[0].event_ids if len(batches) == 1 else [key for batch in batches for key in batch.event_ids]
-        if len(set(keys)) == len(keys):
-            db.execute("SAVEPOINT claim")
-            before = db.total_changes
-            for batch in batches:
-                _execute_rows(db, _claim_new_sql, (batch.consumer, now), batch.claims, 2)
-            claimed_all = db.total_changes - before == len(keys)
-            if not claimed_all:
-                db.execute("ROLLBACK TO claim")
-            db.execute("RELEASE claim")
-            if claimed_all:
-                return [True] * len(keys)
+        if len(set(keys)) != len(keys):
+            return False
+        db.execute("SAVEPOINT claim")
+        (last_id,) = db.execute(LAST_CHARGE_ID).fetchone()
+        for batch in batches:
+            _execute_rows(db, _insert_sql, (batch.consumer, now), batch.rows, WIDTH)
+        before = db.total_changes
+        db.execute(CLAIM_INSERTED, (last_id or 0,))
+        claimed_all = db.total_changes - before == len(keys)
+        if not claimed_all:
+            db.execute("ROLLBACK TO claim")
+        db.execute("RELEASE claim")
+        return claimed_all
+
+    @staticmethod
+    def _claim(db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
+        """Which charges are new, when some event was applied before or comes twice in the batch
+        (:meth:`_claim_all` said so); their ``applied_events`` rows are written. Inside ``BEGIN
+        IMMEDIATE`` no other writer can come between the lookup and the claim."""
+        keys = batches[0].event_ids if len(batches) == 1 else [key for batch in batches for key in batch.event_ids]
         applied = {row[0] for row in _execute_rows(db, _applied_sql, (), keys, 1)}
         verdicts: list[bool] = []
         for key in keys:  # a repeat within the batch: only its first occurrence is new

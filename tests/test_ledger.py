@@ -34,9 +34,28 @@ def test_ledger_write_applies_each_event_once_across_and_within_batches(tmp_path
         ledger.close()
 
 
+def test_a_batch_of_new_events_claims_them_from_its_own_charges(tmp_path: Path) -> None:
+    """``once``, the usual batch: each claim is made from the charge just inserted (``INSERT OR
+    IGNORE ... SELECT``), so ``applied_events`` holds exactly the batch's events, with their
+    message, consumer and the charge's time; rows charged earlier are not claimed again."""
+    ledger = Ledger(tmp_path / "l.sqlite3").open()
+    try:
+        assert ledger.write(_hundred(0), once=False) == [True] * 100  # charges no claim was made for
+        assert ledger.write(_hundred(100), once=True) == [True] * 100
+        with sqlite3.connect(ledger.path) as db:
+            claims = db.execute("SELECT event_id, msg_id, consumer, applied_at FROM applied_events").fetchall()
+            charges = db.execute("SELECT event_id, msg_id, consumer, charged_at FROM charges WHERE id > 100").fetchall()
+        db.close()
+        assert sorted(claims) == sorted(charges) and len(claims) == 100
+        assert {claim[0] for claim in claims} == {f"e-{i}" for i in range(100, 200)}
+    finally:
+        ledger.close()
+
+
 def test_a_batch_with_an_event_applied_before_is_decided_event_by_event(tmp_path: Path) -> None:
-    """``once``: a batch first claims all its events in one ``INSERT OR IGNORE``; when one was
-    applied before, that claim is undone and each event looked up, so nothing is half-claimed.
+    """``once``: a batch first inserts its charges and claims all its events from them (one
+    ``INSERT OR IGNORE ... SELECT``); when one was applied before, both are undone and each
+    event looked up, so nothing is half-claimed or charged twice.
     Rows of different consumers in one batch keep their own consumer."""
     ledger = Ledger(tmp_path / "l.sqlite3").open()
     try:
@@ -165,13 +184,13 @@ def test_a_probe_that_commits_copies_the_wal_back_and_cuts_it_to_zero(tmp_path: 
     try:
         reader.execute("BEGIN")  # a reader's snapshot holds the WAL: autocheckpoints cannot finish
         reader.execute("SELECT count(*) FROM charges").fetchone()
-        for start in range(0, 3_000, 100):
+        for start in range(0, 6_000, 100):
             ledger.write(_hundred(start), once=True)
         reader.rollback()
         assert _wal_bytes(path) > JOURNAL_SIZE_LIMIT_BYTES  # past the bound: it could not be checkpointed
         ledger.probe()
         assert _wal_bytes(path) == 0
-        assert ledger.total_charges() == 3_000
+        assert ledger.total_charges() == 6_000
     finally:
         reader.close()
         ledger.close()
