@@ -30,10 +30,10 @@ and the store never comes back (issue 32). The policy, chosen for that case:
   the worker more CPU than the waits it hid.)
   The bound is a price as well: with ``synchronous=NORMAL`` each checkpoint fsyncs the WAL
   and then the database (about 1 ms each on this machine's disk), and that wait stops the
-  worker's event loop. At 256 KiB it cost the ``billing-worker`` process about 7 % of its
-  throughput with ``--dedupe none`` and 10 % with ``sqlite`` (measured against
-  ``synchronous=OFF``); 512 KiB halves it and still fits in the 900 KB that
-  ``tests/test_store_small_disk.py`` frees.
+  worker's event loop. At 256 KiB, turning them off (``synchronous=OFF``, which the ledger
+  does not use) made the ``billing-worker`` process 12 % faster with ``--dedupe none`` and
+  17 % with ``sqlite``; 512 KiB makes half as many checkpoints (2 % and 5 % faster) and still
+  fits in the 900 KB that ``tests/test_store_small_disk.py`` frees.
 - **``journal_size_limit``** at the same 512 KiB (:data:`JOURNAL_SIZE_LIMIT_BYTES`): when
   the WAL restarts, a file that grew past the bound (one large batch, or checkpoints that
   could not run while the disk was full) is cut back to it; the space up to the bound stays
