@@ -110,6 +110,12 @@ class WriterResult:
     def acked_after(self, t_s: float) -> tuple[Write, ...]:
         return tuple(w for w in self.writes if w.outcome == "acked" and w.t_s >= t_s)
 
+    def failed_after(self, t_s: float) -> tuple[Write, ...]:
+        """The attempts sent at ``t_s`` or later (s from the partition) that were not acknowledged.
+        From 0: what the partition may have caused; an attempt before it that timed out is the
+        machine's hiccup, not the fault's (the cut waits for the writers' first acknowledgements)."""
+        return tuple(w for w in self.writes if w.outcome != "acked" and w.t_s >= t_s)
+
     @property
     def last_ack_s(self) -> float:
         """The last acknowledged write after the partition (s from it); 0 when none came."""
