@@ -26,11 +26,11 @@ from pathlib import Path
 import redis
 
 from labs.bench.shapes import SHAPES
+from labs.experiments import ceiling
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCE_BATCH = 1000
 POLL_S = 0.005
 WINDOW = (0.1, 0.9)  # the middle 80 % of the drain
 STOP_TIMEOUT_S = 30.0
@@ -65,16 +65,7 @@ def worker(dedupe: str, flags: Sequence[str] = TUNED_FLAGS) -> Consumer:
 
 def produce(url: str, stream: str, n: int, shape: str, groups: Sequence[str]) -> None:
     """``n`` events of ``shape`` into a fresh ``stream`` (pipelined), and each group at ``0``."""
-    make = SHAPES[shape]
-    with redis.Redis.from_url(url) as client:
-        client.delete(stream)
-        for start in range(0, n, PRODUCE_BATCH):
-            pipe = client.pipeline(transaction=False)
-            for i in range(start, min(n, start + PRODUCE_BATCH)):
-                pipe.xadd(stream, make(i))
-            pipe.execute()
-        for group in groups:
-            client.xgroup_create(stream, group, id="0")
+    ceiling.produce(url, stream, n, *groups, fields=SHAPES[shape])
 
 
 def acked(client: redis.Redis, stream: str, group: str) -> int:

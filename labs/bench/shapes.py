@@ -13,17 +13,14 @@ from collections.abc import Callable
 
 from redis.typing import EncodableT, FieldT
 
+from labs.experiments.ceiling import order_fields
+
 Fields = dict[FieldT, EncodableT]
 
 
 def four(i: int) -> Fields:
-    """billing-producer's fields, in its order."""
-    return {
-        "type": "order.paid",
-        "order_id": f"o-{i % 1000}",
-        "amount": f"{(i % 500) + 1}.50",
-        "event_id": f"evt-{i}-{uuid.uuid4().hex[:8]}",
-    }
+    """billing-producer's fields, in its order (the ceiling's events)."""
+    return order_fields(i)
 
 
 def plus_one(i: int) -> Fields:

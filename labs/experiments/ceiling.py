@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -30,16 +31,19 @@ def order_fields(i: int) -> dict[FieldT, EncodableT]:
     }
 
 
-def produce(url: str, stream: str, n: int, group: str = "billing") -> None:
-    """Put ``n`` events into a fresh ``stream`` with pipelined XADDs, and create ``group`` at 0."""
+def produce(url: str, stream: str, n: int, *groups: str,
+            fields: Callable[[int], dict[FieldT, EncodableT]] = order_fields) -> None:
+    """Put ``n`` events (``fields(i)``, the billing shape by default) into a fresh ``stream`` with
+    pipelined XADDs, and create each of ``groups`` (``billing`` when none is named) at 0."""
     with redis.Redis.from_url(url) as client:
         client.delete(stream)
         for start in range(0, n, PRODUCE_BATCH):
             pipe = client.pipeline(transaction=False)
             for i in range(start, min(n, start + PRODUCE_BATCH)):
-                pipe.xadd(stream, order_fields(i))
+                pipe.xadd(stream, fields(i))
             pipe.execute()
-        client.xgroup_create(stream, group, id="0")
+        for group in groups or ("billing",):
+            client.xgroup_create(stream, group, id="0")
 
 
 async def ceiling(url: str, stream: str, n: int, group: str = "billing") -> float:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labs.launcher.process import STOP_TIMEOUT_S, Launch, launch, live_pid, signal_and_wait
+from labs.launcher.process import STOP_TIMEOUT_S, HomeFiles, Launch, launch, live_pid, signal_and_wait
 
 LOG_LINES = 8
 
@@ -33,7 +33,7 @@ def cmdline_has(pid: int, *needles: bytes) -> bool:
 
 
 @dataclass(frozen=True)
-class BrokerProcess:
+class BrokerProcess(HomeFiles):
     """A process on 127.0.0.1:``port`` with its files under ``home``, recognised by ``marker`` in its cmdline."""
 
     name: str
@@ -41,18 +41,6 @@ class BrokerProcess:
     home: Path
     marker: bytes
     extra_env: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
-
-    @property
-    def pidfile(self) -> Path:
-        return self.home / f"{self.name}.pid"
-
-    @property
-    def logfile(self) -> Path:
-        return self.home / f"{self.name}.log"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.home / f"{self.name}-data"
 
     def pid(self) -> int | None:
         """The pid from the pid file while that process runs; a stale file is removed."""

@@ -155,20 +155,12 @@ def command(client: redis.Redis, *args: str) -> Any:
     return client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
-@dataclass(frozen=True)
-class RedisProcess:
-    """A ``redis-server`` or ``redis-sentinel`` on 127.0.0.1:``port`` under ``home``."""
+class HomeFiles:
+    """The files of a process named ``name`` under ``home``: pid file, log and data directory (a
+    base for the launcher's process dataclasses, which declare the two fields)."""
 
     name: str
-    port: int
     home: Path
-    binary: str
-    netns: str | None = None  # the network namespace it runs in (labs.launcher.netns), None: the host's
-    host: str = "127.0.0.1"  # where the other members reach it (its namespace's address under netns)
-
-    @property
-    def conf(self) -> Path:
-        return self.home / f"{self.name}.conf"
 
     @property
     def pidfile(self) -> Path:
@@ -181,6 +173,22 @@ class RedisProcess:
     @property
     def data_dir(self) -> Path:
         return self.home / f"{self.name}-data"
+
+
+@dataclass(frozen=True)
+class RedisProcess(HomeFiles):
+    """A ``redis-server`` or ``redis-sentinel`` on 127.0.0.1:``port`` under ``home``."""
+
+    name: str
+    port: int
+    home: Path
+    binary: str
+    netns: str | None = None  # the network namespace it runs in (labs.launcher.netns), None: the host's
+    host: str = "127.0.0.1"  # where the other members reach it (its namespace's address under netns)
+
+    @property
+    def conf(self) -> Path:
+        return self.home / f"{self.name}.conf"
 
     def pid(self) -> int | None:
         """The pid from the pid file when that process still runs; a stale file is removed."""

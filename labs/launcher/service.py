@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from labs.launcher.process import STOP_TIMEOUT_S, Launch, launch, live_pid, log_tail, signal_and_wait
+from labs.launcher.process import STOP_TIMEOUT_S, HomeFiles, Launch, launch, live_pid, log_tail, signal_and_wait
 from labs.launcher.prom_binaries import EXPORTERS
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ def http_ok(url: str, timeout_s: float = 1.0) -> bool:
 
 
 @dataclass(frozen=True)
-class ServiceProcess:
+class ServiceProcess(HomeFiles):
     """``argv`` listening on 127.0.0.1:``port``, its files named ``name`` under ``home``."""
 
     name: str
@@ -43,14 +43,6 @@ class ServiceProcess:
     home: Path
     argv: tuple[str, ...]
     probe_path: str = "/"
-
-    @property
-    def pidfile(self) -> Path:
-        return self.home / f"{self.name}.pid"
-
-    @property
-    def logfile(self) -> Path:
-        return self.home / f"{self.name}.log"
 
     @property
     def argvfile(self) -> Path:
