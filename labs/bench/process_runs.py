@@ -8,6 +8,12 @@ speed: the bench polls ``XINFO GROUPS`` and counts what Redis saw acknowledged
 (``entries-read`` minus ``pending``), and the rate is taken over the middle 80 % of the
 drain (from 10 % to 90 % acked), so start-up (imports, connecting, creating the ledger) and the
 last stragglers are outside it. Processes inherit the bench's CPU pinning (the client CPU).
+
+Over the same window the bench reads the consumer's CPU time (user + system, ``/proc/<pid>/stat``)
+at every poll: the CPU it spent per message, and how busy it was (CPU time over wall time). A
+process busy 87 % of the time at 5.7 µs a message is slowed by its own work; one busy 64 % waits
+(for round trips, for fsyncs): the two need different fixes. The kernel counts CPU time in clock
+ticks (10 ms here), so a window shorter than :data:`MIN_CPU_WINDOW_S` gives no CPU figure.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -34,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.005
 WINDOW = (0.1, 0.9)  # the middle 80 % of the drain
 STOP_TIMEOUT_S = 30.0
+MIN_CPU_WINDOW_S = 0.3  # at 10 ms a clock tick, a CPU figure within about 3 %
 TUNED_FLAGS = ("--count", "100", "--parallelism", "100")  # the throughput flags (with --handler-delay-ms 0)
 
 
@@ -76,26 +84,56 @@ def acked(client: redis.Redis, stream: str, group: str) -> int:
     raise RuntimeError(f"no group {group!r} on {stream!r}")
 
 
-def drain_rate(samples: Sequence[tuple[float, int]], n: int) -> float:
+Sample = tuple[float, int, float | None]  # (perf_counter s, acked, the consumer's CPU s or None)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One run over :data:`WINDOW`: its rate and, where the kernel's count allows, its CPU."""
+
+    rate: float  # msgs/s
+    cpu_us: float | None = None  # the consumer's CPU time per message, µs
+    busy: float | None = None  # its CPU time over the window's wall time (1.0: never waited)
+
+
+def drain_of(samples: Sequence[Sample], n: int) -> Drain:
     """Messages per second between the moments :data:`WINDOW`'s fractions of ``n`` were acked
-    (each moment interpolated between the two polls around it)."""
-    lo, hi = (_crossing(samples, fraction * n) for fraction in WINDOW)
+    (each moment interpolated between the two polls around it), and the consumer's CPU over the
+    same window (interpolated the same way) when the samples around both moments have it and the
+    window is at least :data:`MIN_CPU_WINDOW_S`."""
+    (lo, cpu_lo), (hi, cpu_hi) = (_crossing(samples, fraction * n) for fraction in WINDOW)
     if hi <= lo:
         raise RuntimeError(f"no time between {WINDOW[0]:.0%} and {WINDOW[1]:.0%} acked: poll faster")
-    return (WINDOW[1] - WINDOW[0]) * n / (hi - lo)
+    messages = (WINDOW[1] - WINDOW[0]) * n
+    if cpu_lo is None or cpu_hi is None or hi - lo < MIN_CPU_WINDOW_S:
+        return Drain(messages / (hi - lo))
+    cpu_s = max(0.0, cpu_hi - cpu_lo)
+    return Drain(messages / (hi - lo), cpu_s / messages * 1e6, cpu_s / (hi - lo))
 
 
-def _crossing(samples: Sequence[tuple[float, int]], level: float) -> float:
-    for (t0, a0), (t1, a1) in itertools.pairwise(samples):
+def _crossing(samples: Sequence[Sample], level: float) -> tuple[float, float | None]:
+    """When the acks crossed ``level``, and the consumer's CPU seconds then (None if unknown)."""
+    for (t0, a0, c0), (t1, a1, c1) in itertools.pairwise(samples):
         if a0 < level <= a1:
-            return t0 + (t1 - t0) * (level - a0) / (a1 - a0)
+            share = (level - a0) / (a1 - a0)
+            cpu = None if c0 is None or c1 is None else c0 + (c1 - c0) * share
+            return t0 + (t1 - t0) * share, cpu
     raise RuntimeError(f"the acks never crossed {level:.0f}")
 
 
+def cpu_s(pid: int) -> float | None:
+    """A process's CPU time so far (user + system, all its threads), or None where ``/proc`` has none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(consumer: Consumer, url: str, stream: str, group: str, n: int, workdir: Path,
-        timeout_s: float = 600.0) -> float:
+        timeout_s: float = 600.0) -> Drain:
     """Start ``consumer`` on ``group`` (pre-produced), poll its acks until all ``n``, stop it;
-    returns its rate over the middle of the drain (msgs/s)."""
+    returns its rate (msgs/s) and CPU over the middle of the drain."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{group}.log"
     argv = consumer.argv(url, stream, group, workdir / f"{group}.sqlite3", n)
@@ -105,12 +143,12 @@ def run(consumer: Consumer, url: str, stream: str, group: str, n: int, workdir: 
             samples = _poll(client, proc, consumer.label, stream, group, n, timeout_s, log_path)
         finally:
             _stop(proc)
-    return drain_rate(samples, n)
+    return drain_of(samples, n)
 
 
 def _poll(client: redis.Redis, proc: subprocess.Popen[bytes], label: str, stream: str, group: str, n: int,
-          timeout_s: float, log_path: Path) -> list[tuple[float, int]]:
-    samples = [(time.perf_counter(), acked(client, stream, group))]
+          timeout_s: float, log_path: Path) -> list[Sample]:
+    samples: list[Sample] = [(time.perf_counter(), acked(client, stream, group), cpu_s(proc.pid))]
     deadline = samples[0][0] + timeout_s
     while samples[-1][1] < n:
         if proc.poll() is not None and acked(client, stream, group) < n:
@@ -119,7 +157,7 @@ def _poll(client: redis.Redis, proc: subprocess.Popen[bytes], label: str, stream
         if samples[-1][0] > deadline:
             raise RuntimeError(f"{label}: {samples[-1][1]} of {n} acked in {timeout_s:.0f} s")
         time.sleep(POLL_S)
-        samples.append((time.perf_counter(), acked(client, stream, group)))
+        samples.append((time.perf_counter(), acked(client, stream, group), cpu_s(proc.pid)))
     return samples
 
 

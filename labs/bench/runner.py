@@ -127,7 +127,7 @@ class Bench:
         consumers = {shape: [process_runs.RAW, *tuned, *(defaults if shape == DEFAULTS_SHAPE else [])]
                      for shape in plan.process_shapes}
         task = self.progress.add_task("processes", total=plan.process_reps * sum(map(len, consumers.values())))
-        rates: dict[tuple[str, str], list[float]] = {}
+        drains: dict[tuple[str, str], list[process_runs.Drain]] = {}
         for rep in range(plan.process_reps):
             for k, (shape, round_consumers) in enumerate(consumers.items()):
                 stream = self._stream("proc")
@@ -135,13 +135,13 @@ class Bench:
                 await asyncio.to_thread(process_runs.produce, self.url, stream, plan.process_events, shape, groups)
                 try:
                     for consumer, group in zip(round_consumers, groups, strict=True):
-                        rate = await asyncio.to_thread(process_runs.run, consumer, self.url, stream, group,
-                                                       plan.process_events, self.workdir / "proc" / group)
-                        rates.setdefault((shape, consumer.label), []).append(rate)
+                        drain = await asyncio.to_thread(process_runs.run, consumer, self.url, stream, group,
+                                                        plan.process_events, self.workdir / "proc" / group)
+                        drains.setdefault((shape, consumer.label), []).append(drain)
                         self._advance(task)
                 finally:
                     await asyncio.to_thread(self._drop, stream)
-        self.rows += _process_rows(consumers, rates)
+        self.rows += _process_rows(consumers, drains) + _process_cpu_rows(consumers, drains)
 
     async def concurrency(self) -> None:
         """A 50 ms handler at each parallelism, against the ideal parallelism / 0.05 s."""
@@ -271,15 +271,17 @@ class Bench:
         self.rows += [worker_row, writer_row, promoted_row, others_row]
 
 
-def _process_rows(consumers: dict[str, list[process_runs.Consumer]],
-                  rates: dict[tuple[str, str], list[float]]) -> list[Row]:
+Drains = dict[tuple[str, str], list[process_runs.Drain]]  # (shape, consumer label) -> one per round
+
+
+def _process_rows(consumers: dict[str, list[process_runs.Consumer]], drains: Drains) -> list[Row]:
     """Per shape: the raw row, then each worker with its paired ratios (same round, same shape)."""
     rows = []
     for shape, round_consumers in consumers.items():
-        raw = rates[(shape, process_runs.RAW.label)]
+        raw = [d.rate for d in drains[(shape, process_runs.RAW.label)]]
         rows.append(Row("process", f"{process_runs.RAW.label} · {shape}", "msgs/s", raw))
         for consumer in round_consumers[1:]:
-            values = rates[(shape, consumer.label)]
+            values = [d.rate for d in drains[(shape, consumer.label)]]
             row = Row("process", f"{consumer.label} · {shape}", "msgs/s", values)
             row.ratios = [w / r for w, r in zip(values, raw, strict=True)]
             row.ratio, row.ratio_of = statistics.median(row.ratios), "raw process (paired)"
@@ -288,6 +290,30 @@ def _process_rows(consumers: dict[str, list[process_runs.Consumer]],
                 row.met = row.ratio >= PROCESS_TARGETS[consumer.dedupe]
             else:
                 row.note = f"the course defaults; for throughput add {' '.join(process_runs.TUNED_FLAGS)}"
+            rows.append(row)
+    return rows
+
+
+def _process_cpu_rows(consumers: dict[str, list[process_runs.Consumer]], drains: Drains) -> list[Row]:
+    """Diagnosis: the same runs' CPU per message, the raw process's over each worker's as the ratio
+    (paired by round), and how busy each was; only where every run gave a CPU figure (a long enough drain)."""
+    rows = []
+    for shape, round_consumers in consumers.items():
+        raw = drains[(shape, process_runs.RAW.label)]
+        if any(d.cpu_us is None for d in raw):
+            continue
+        for consumer in round_consumers:
+            runs = drains[(shape, consumer.label)]
+            cpu = [d.cpu_us for d in runs if d.cpu_us is not None]
+            busy = [d.busy for d in runs if d.busy is not None]
+            if len(cpu) < len(runs) or not all(cpu):
+                continue
+            busy_words = f"busy {statistics.median(busy):.0%} of the drain"  # CPU time over wall time
+            row = Row("process CPU (diagnosis)", f"{consumer.label} · {shape}, CPU per message ({busy_words})",
+                      "µs/msg", cpu)
+            if consumer is not process_runs.RAW:
+                row.ratios = [r.cpu_us / c for r, c in zip(raw, cpu, strict=True) if r.cpu_us is not None]
+                row.ratio, row.ratio_of = statistics.median(row.ratios), "raw process's CPU (paired)"
             rows.append(row)
     return rows
 
