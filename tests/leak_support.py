@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from labs.launcher.process import stat_fields
 from labs.polling import poll
 
 SERVERS = ("redis-server", "redis-sentinel", "valkey-server", "valkey-sentinel", "redis-check-rdb", "beam.smp",
@@ -50,11 +51,8 @@ def now_ticks() -> int:
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
     """(state, parent pid, start time in ticks) of ``pid``."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0], int(fields[1]), int(fields[19])
+    fields = stat_fields(pid)
+    return None if fields is None else (fields[0], int(fields[1]), int(fields[19]))
 
 
 def _descendants(root: int) -> set[int]:

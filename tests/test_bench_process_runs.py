@@ -8,6 +8,7 @@ import pytest
 
 from labs.bench import process_runs
 from labs.bench.process_runs import MIN_CPU_WINDOW_S, drain_of
+from labs.launcher.process import cpu_s
 
 
 def _polls(n: int, rate: float, cpu_per_msg_s: float | None, every_s: float = 0.005) -> list[process_runs.Sample]:
@@ -43,9 +44,9 @@ def test_a_drain_that_never_reaches_the_window_is_an_error_not_a_figure() -> Non
 
 
 def test_the_cpu_of_a_live_process_is_read_and_grows() -> None:
-    before = process_runs.cpu_s(os.getpid())
+    before = cpu_s(os.getpid())
     assert before is not None and before > 0
     sum(i * i for i in range(300_000))  # some CPU of this process's own
-    after = process_runs.cpu_s(os.getpid())
+    after = cpu_s(os.getpid())
     assert after is not None and after >= before
-    assert process_runs.cpu_s(2**22 + 12345) is None  # no such process: no figure, no error
+    assert cpu_s(2**22 + 12345) is None  # no such process: no figure, no error

@@ -12,6 +12,7 @@ import redis
 from labs.grading.sandbox import Sandbox, tagged_pids
 from labs.launcher import binaries
 from labs.launcher.ports import free_ports, session_port_window
+from labs.launcher.process import stat_fields
 from labs.polling import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -35,11 +36,8 @@ def test_two_sandboxes_have_their_own_redis_and_refuse_flushall_shutdown_debug(t
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def test_everything_started_in_a_sandbox_is_killed_even_in_its_own_session(tmp_path: Path) -> None:

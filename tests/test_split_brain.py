@@ -74,3 +74,16 @@ def test_the_table_and_the_figure(runs: list[split_brain.SplitBrainRun]) -> None
     assert len(fig.layout.annotations) >= 3 * 4  # subplot titles and the marked moments
     assert "подтверждённые" in fig.layout.title.text and "разрез" in {a.text for a in fig.layout.annotations}
     assert "acknowledged" in split_brain.figure(runs, lang="en").layout.title.text  # the lab's report
+
+
+def test_failed_after_counts_only_the_attempts_from_a_moment_on() -> None:
+    """WriterResult.failed_after: what the partition may have caused is what was sent from the cut on; an
+    attempt before it that timed out (a loaded machine's first write) is not counted."""
+    from labs.experiments.partition_writes import Write, WriterResult
+
+    writes = (Write(-1.5, 0.5, 1, "unknown", "TimeoutError"), Write(-0.5, 0.001, 2, "acked"),
+              Write(0.2, 0.001, 3, "acked"), Write(1.0, 0.1, 4, "refused", "ClusterDownError"))
+    result = WriterResult("other", "majority", writes, frozenset())
+    assert [w.value for w in result.failed_after(0.0)] == [4]
+    assert [w.value for w in result.failed_after(-2.0)] == [1, 4]
+    assert result.failed_after(2.0) == ()

@@ -30,6 +30,8 @@ from billing_support import charge_counts, pending_ids, produce, spawn, stop_pro
 from require_support import skip_area
 from store_faults import FILLER, Disk, disk_or_skip_reason
 
+from labs.launcher.process import cpu_s as process_cpu_s
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 STRATEGIES = ("none", "redis", "redis-2phase", "sqlite")
@@ -53,8 +55,9 @@ class Worker:
         return self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        used = process_cpu_s(self.proc.pid)
+        assert used is not None, f"{self.strategy}: no /proc/{self.proc.pid}/stat"
+        return used
 
 
 @pytest.fixture()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import redis
 
 from labs.bench.shapes import SHAPES
 from labs.experiments import ceiling
+from labs.launcher.process import cpu_s
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,11 @@ class Drain:
 
     rate: float  # msgs/s
     cpu_us: float | None = None  # the consumer's CPU time per message, µs
-    busy: float | None = None  # its CPU time over the window's wall time (1.0: never waited)
+
+    @property
+    def busy(self) -> float | None:
+        """Its CPU time over the window's wall time (1.0: it never waited)."""
+        return None if self.cpu_us is None else self.cpu_us * self.rate / 1e6
 
 
 def drain_of(samples: Sequence[Sample], n: int) -> Drain:
@@ -107,8 +111,7 @@ def drain_of(samples: Sequence[Sample], n: int) -> Drain:
     messages = (WINDOW[1] - WINDOW[0]) * n
     if cpu_lo is None or cpu_hi is None or hi - lo < MIN_CPU_WINDOW_S:
         return Drain(messages / (hi - lo))
-    cpu_s = max(0.0, cpu_hi - cpu_lo)
-    return Drain(messages / (hi - lo), cpu_s / messages * 1e6, cpu_s / (hi - lo))
+    return Drain(messages / (hi - lo), max(0.0, cpu_hi - cpu_lo) / messages * 1e6)
 
 
 def _crossing(samples: Sequence[Sample], level: float) -> tuple[float, float | None]:
@@ -119,15 +122,6 @@ def _crossing(samples: Sequence[Sample], level: float) -> tuple[float, float | N
             cpu = None if c0 is None or c1 is None else c0 + (c1 - c0) * share
             return t0 + (t1 - t0) * share, cpu
     raise RuntimeError(f"the acks never crossed {level:.0f}")
-
-
-def cpu_s(pid: int) -> float | None:
-    """A process's CPU time so far (user + system, all its threads), or None where ``/proc`` has none."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run(consumer: Consumer, url: str, stream: str, group: str, n: int, workdir: Path,

@@ -299,20 +299,17 @@ def _process_cpu_rows(consumers: dict[str, list[process_runs.Consumer]], drains:
     (paired by round), and how busy each was; only where every run gave a CPU figure (a long enough drain)."""
     rows = []
     for shape, round_consumers in consumers.items():
-        raw = drains[(shape, process_runs.RAW.label)]
-        if any(d.cpu_us is None for d in raw):
-            continue
+        raw = [d.cpu_us or 0.0 for d in drains[(shape, process_runs.RAW.label)]]
         for consumer in round_consumers:
             runs = drains[(shape, consumer.label)]
-            cpu = [d.cpu_us for d in runs if d.cpu_us is not None]
-            busy = [d.busy for d in runs if d.busy is not None]
-            if len(cpu) < len(runs) or not all(cpu):
+            cpu = [d.cpu_us or 0.0 for d in runs]
+            if not all(raw) or not all(cpu):  # None (too short a drain) or 0 (no clock tick): no figure
                 continue
-            busy_words = f"busy {statistics.median(busy):.0%} of the drain"  # CPU time over wall time
-            row = Row("process CPU (diagnosis)", f"{consumer.label} · {shape}, CPU per message ({busy_words})",
-                      "µs/msg", cpu)
+            busy = statistics.median(d.busy or 0.0 for d in runs)  # CPU time over wall time
+            row = Row("process CPU (diagnosis)", f"{consumer.label} · {shape}, CPU per message "
+                      f"(busy {busy:.0%} of the drain)", "µs/msg", cpu)
             if consumer is not process_runs.RAW:
-                row.ratios = [r.cpu_us / c for r, c in zip(raw, cpu, strict=True) if r.cpu_us is not None]
+                row.ratios = [r / c for r, c in zip(raw, cpu, strict=True)]
                 row.ratio, row.ratio_of = statistics.median(row.ratios), "raw process's CPU (paired)"
             rows.append(row)
     return rows

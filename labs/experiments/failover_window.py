@@ -48,9 +48,9 @@ log = logging.getLogger(__name__)
 EVENTS = ("+promoted-slave", "+switch-master", "+convert-to-slave")
 SENTINEL_RECONFIG_WAIT_S = 8.0  # sentinel.c: a "replica" reporting role master is fixed after > 4 x 2 s
 SOCKET_TIMEOUT_S = 2.0
-BACKGROUND_STOP_TIMEOUT_S = 5.0
+BACKGROUND_STOP_TIMEOUT_S = 5.0  # the event listeners and the watch (solutions.cancelling)
 # ~10 s is the rule (8 s, checked on a 10 s INFO); a sentinel starved for over 2 s stops acting for 30 s (TILT)
-DEMOTE_TIMEOUT_S = 45.0  # the event listeners and the watch (solutions.cancelling)
+DEMOTE_TIMEOUT_S = 45.0
 
 
 @dataclass(frozen=True)
