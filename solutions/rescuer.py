@@ -71,6 +71,7 @@ class Rescuer:
         self._renew = client.register_script(RENEW_LEASE_LUA)
         self._release = client.register_script(RELEASE_LEASE_LUA)
         self.holding = False
+        self.asking = False  # a lease script is on its way: a cancel now may leave the lease ours
         self.backoff = Backoff(base_s=0.2, cap_s=5.0)
         self.streak = Streak(log, "rescuer round")
 
@@ -100,18 +101,25 @@ class Rescuer:
     async def take_lease(self) -> bool:
         """Renew our lease or take a free one (``GET``/``PEXPIRE``/``SET NX PX`` in one script)."""
         s = self.settings
+        self.asking = True  # stays True if the stop cancels us after Redis ran the script
         got = int(await self._renew(keys=[s.rescuer_lease_key], args=[s.consumer, self.lease_ms])) == 1
+        self.asking = False
         if got != self.holding:
             log.info("%s the rescuer lease of group %s on %s", "took" if got else "lost", s.group, s.stream)
             self.holding = got
         return got
 
     async def release_lease(self) -> None:
-        """Give the lease up (only if it is ours) so another worker takes over at once."""
+        """Give the lease up (only if it is ours) so another worker takes over at once.
+
+        Also when a take was cancelled on its way (the stop lands while the script runs): Redis
+        may have given us the lease though ``holding`` never learned it, and a lease left behind
+        keeps every other rescuer out for ``lease_ms`` (61 s with the default interval). The
+        script deletes the key only if it holds our name."""
         s = self.settings
-        if self.holding:
+        if self.holding or self.asking:
             await self._release(keys=[s.rescuer_lease_key], args=[s.consumer])
-            self.holding = False
+            self.holding = self.asking = False
 
     async def claim_round(self, stop: asyncio.Event) -> int:
         """Claim pages until the PEL has been walked (cursor back at ``0-0``); return how many."""

@@ -23,6 +23,10 @@ from billing_support import (
     wait_until,
     worker_args,
 )
+from redis import asyncio as aioredis
+
+from solutions.metrics import Metrics
+from solutions.rescuer import Rescuer
 
 
 @pytest.mark.slow
@@ -107,5 +111,39 @@ def test_only_one_rescuer_per_group(redis_url: str, key_prefix: str, tmp_path: P
                 return command_calls(client, "evalsha") >= target
 
             await until(rounds_with_one_holder, 10, "ten lease rounds")
+
+    asyncio.run(scenario())
+
+
+def test_a_stop_landing_while_the_lease_is_taken_still_gives_it_up(
+    redis_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    """The stop cancels the rescuer after Redis ran its lease script but before the reply was
+    read: ``holding`` never turned True, yet the lease is ours and must go with the drain, or
+    every other worker's rescuer waits out ``lease_ms``."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    s = settings(redis_url, key_prefix, tmp_path / "l.sqlite3", consumer="slow", claim_interval_ms=30_000)
+
+    async def scenario() -> None:
+        aclient = aioredis.Redis.from_url(redis_url, decode_responses=True)
+
+        async def nothing(*_: object) -> int:
+            return 0
+
+        rescuer = Rescuer(aclient, s, Metrics(stream=s.stream, group=s.group, consumer=s.consumer), nothing, nothing)
+        renew = rescuer._renew
+
+        async def ran_then_cancelled(**kwargs: object) -> object:
+            await renew(**kwargs)  # Redis gives us the lease ...
+            raise asyncio.CancelledError  # ... and the stop lands before we hear it
+
+        rescuer._renew = ran_then_cancelled  # type: ignore[assignment]
+        with pytest.raises(asyncio.CancelledError):
+            await rescuer.take_lease()
+        assert not rescuer.holding
+        assert client.get(s.rescuer_lease_key) == "slow"  # held in Redis, unknown to the worker
+        await rescuer.release_lease()
+        assert client.get(s.rescuer_lease_key) is None
+        await aclient.aclose()
 
     asyncio.run(scenario())

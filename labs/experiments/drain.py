@@ -28,6 +28,7 @@ from pathlib import Path
 import redis
 
 from labs.experiments.worker_procs import (
+    GROUP,
     WorkerProcess,
     charges,
     delivered_ids,
@@ -203,8 +204,15 @@ def _rescue(
         redis_url, stream, ledger, "w-rescuer", run_dir, min_idle_ms=min_idle_ms, claim_interval_ms=200,
     )
     try:
-        wait_until(lambda: rescuer.alive() and len(charges(ledger)) >= events and not pending_ids(client, stream),
-                   timeout_s, "every event charged and the PEL empty")
+        try:
+            wait_until(lambda: rescuer.alive() and len(charges(ledger)) >= events and not pending_ids(client, stream),
+                       timeout_s, "every event charged and the PEL empty")
+        except TimeoutError as exc:  # say where it stood: the lease's holder, the PEL, the rescuer's log
+            lease = client.get(f"{stream}:{GROUP}:rescuer")
+            tail = "\n  ".join(rescuer.log_text().splitlines()[-8:])
+            pel = sorted(pending_ids(client, stream))
+            raise TimeoutError(f"{exc}: {len(charges(ledger))}/{events} charged, PEL {pel}, rescuer lease held "
+                               f"by {lease!r}; w-rescuer's log ends:\n  {tail}") from None
         rescuer.stop(signal.SIGTERM, timeout_s)
     finally:
         rescuer.kill()
