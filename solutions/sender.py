@@ -13,13 +13,13 @@ import json
 import logging
 import random
 import time
-import uuid
 from dataclasses import dataclass, fields
 from typing import IO
 
 from redis.exceptions import BusyLoadingError, RedisError, ResponseError
 
 from solutions.connection import Backoff, Client, Streak, describe
+from solutions.event_ids import new_event_id
 
 log = logging.getLogger("solutions.producer")
 
@@ -53,13 +53,13 @@ class Outcome:
 
 
 def make_event(order_count: int) -> dict[str, str]:
-    """One ``order.paid`` event with a fresh ``event_id``."""
+    """One ``order.paid`` event with a fresh, time-ordered ``event_id`` (:mod:`solutions.event_ids`)."""
     cents = random.randint(100, 99_999)
     return {
         "type": "order.paid",
         "order_id": f"order-{random.randrange(order_count)}",
         "amount": f"{cents // 100}.{cents % 100:02d}",
-        "event_id": uuid.uuid4().hex,
+        "event_id": new_event_id(),
         "produced_at_ms": str(int(time.time() * 1000)),
     }
 

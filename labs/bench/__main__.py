@@ -16,6 +16,7 @@ from rich.progress import Progress
 
 from labs.bench import placement, runner
 from labs.bench.results import table, verdicts, write_json
+from labs.bench.shapes import SHAPES
 from labs.launcher import topologies
 from labs.launcher.errors import LauncherError
 from solutions.gc_tuning import tune_for_throughput
@@ -39,11 +40,24 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"events per run of the process rows (default {runner.FULL.process_events:,})")
     parser.add_argument("--process-reps", type=int,
                         help=f"rounds of the process rows (default {runner.FULL.process_reps}; 0 skips them)")
+    parser.add_argument("--shapes", type=shape_names, metavar="NAME[,NAME...]",
+                        help="the process rows' event shapes, comma-separated (default every one: "
+                             + ", ".join(SHAPES) + ")")
     parser.add_argument("--no-failover", action="store_true", help="skip the Sentinel failover rounds")
     parser.add_argument("--no-memory", action="store_true", help="skip the 1M-message memory run")
     parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster figures (shards, kill -9)")
     parser.add_argument("--out", type=Path, default=REPORTS, help=f"where the JSON goes (default {REPORTS})")
     return parser
+
+
+def shape_names(text: str) -> tuple[str, ...]:
+    """``--shapes "four fields,+5 fields"`` -> the names, each one of :data:`SHAPES`."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in SHAPES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown shape {', '.join(map(repr, unknown)) or '(none given)'}; "
+                                         f"choose from: {', '.join(SHAPES)}")
+    return names
 
 
 def plan_from(args: argparse.Namespace) -> runner.Plan:
@@ -56,6 +70,8 @@ def plan_from(args: argparse.Namespace) -> runner.Plan:
         plan = replace(plan, process_events=args.process_events)
     if args.process_reps is not None:
         plan = replace(plan, process_reps=args.process_reps)
+    if args.shapes:
+        plan = replace(plan, process_shapes=args.shapes)
     if args.no_failover:
         plan = replace(plan, failover_rounds=0)
     if args.no_memory:

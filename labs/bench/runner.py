@@ -15,7 +15,7 @@ from rich.progress import Progress, TaskID
 
 from labs.bench import cluster, memory, process_runs, producer, recovery, throughput
 from labs.bench.results import Row
-from labs.bench.shapes import SHAPES
+from labs.bench.shapes import DIAGNOSIS_SHAPES, SHAPES
 from labs.bench.throughput import ROUND, Pairs, Run, gc_mode, timed
 from labs.experiments import ceiling, worker_runs
 from labs.launcher import topologies
@@ -285,7 +285,9 @@ def _process_rows(consumers: dict[str, list[process_runs.Consumer]], drains: Dra
             row = Row("process", f"{consumer.label} · {shape}", "msgs/s", values)
             row.ratios = [w / r for w, r in zip(values, raw, strict=True)]
             row.ratio, row.ratio_of = statistics.median(row.ratios), "raw process (paired)"
-            if consumer.flags and consumer.dedupe in PROCESS_TARGETS:
+            if shape in DIAGNOSIS_SHAPES:
+                row.note = "diagnosis, no target: random event ids are the producer's choice (solutions.event_ids)"
+            elif consumer.flags and consumer.dedupe in PROCESS_TARGETS:
                 row.target = f"≥ {PROCESS_TARGETS[consumer.dedupe]}× raw"
                 row.met = row.ratio >= PROCESS_TARGETS[consumer.dedupe]
             else:

@@ -49,6 +49,14 @@ def non_ascii(i: int) -> Fields:
     return {**four(i), "order_id": f"заказ-{i % 1000}"}
 
 
+def random_ids(i: int) -> Fields:
+    """The four fields with a random ``event_id`` (uuid4 hex, as many producers make them): the
+    same parse, but each claim of ``--dedupe sqlite`` lands on a random leaf of
+    ``applied_events`` (see :mod:`solutions.event_ids`). Diagnosis, not a target: the price of
+    a producer's choice, shown beside the time-ordered ids billing-producer sends."""
+    return {**four(i), "event_id": uuid.uuid4().hex}
+
+
 SHAPES: dict[str, Callable[[int], Fields]] = {
     "four fields": four,
     "+1 field (seq)": plus_one,
@@ -56,4 +64,6 @@ SHAPES: dict[str, Callable[[int], Fields]] = {
     "reordered": reordered,
     "produced_at_ms": produced_at,
     "non-ASCII order_id": non_ascii,
+    "random event ids": random_ids,
 }
+DIAGNOSIS_SHAPES = frozenset({"random event ids"})  # measured and shown, no target: a producer's choice

@@ -8,7 +8,6 @@ message, so its throughput divided by this one is the fraction of the ceiling it
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -16,18 +15,21 @@ import redis
 import redis.asyncio as aioredis
 from redis.typing import EncodableT, FieldT
 
+from solutions.event_ids import new_event_id
+
 PRODUCE_BATCH = 1000
 CEILING_COUNT = 100
 BLOCK_MS = 1000
 
 
 def order_fields(i: int) -> dict[FieldT, EncodableT]:
-    """The billing message shape from DESIGN.md, with a unique event_id."""
+    """The billing message shape from DESIGN.md, with a unique, time-ordered event_id like
+    billing-producer's (:func:`solutions.event_ids.new_event_id`)."""
     return {
         "type": "order.paid",
         "order_id": f"o-{i % 1000}",
         "amount": f"{(i % 500) + 1}.50",
-        "event_id": f"evt-{i}-{uuid.uuid4().hex[:8]}",
+        "event_id": new_event_id(),
     }
 
 
