@@ -59,16 +59,23 @@ class Coalescer(Generic[T, R]):
         return not self._queue and (self._runner is None or self._runner.done())
 
     async def submit(self, items: Sequence[T]) -> list[R]:
-        """Queue ``items`` and wait for the flush that carries them; their results, in order."""
-        if not items:
-            return []
+        """Queue ``items`` and wait for the flush that carries them; their results, in order.
+
+        If the caller is cancelled, its future is cancelled with it; the items are still
+        flushed with their batch and the result is dropped (a caller that must know it awaits
+        :meth:`enqueue`'s future through ``asyncio.shield``)."""
+        return await self.enqueue(items) if items else []
+
+    def enqueue(self, items: Sequence[T]) -> asyncio.Future[list[R]]:
+        """Queue ``items``; the future that the flush carrying them resolves."""
         future: asyncio.Future[list[R]] = asyncio.get_running_loop().create_future()
+        if not items:
+            future.set_result([])
+            return future
         self._queue.append((list(items), future))
         if self._runner is None or self._runner.done():
             self._runner = asyncio.create_task(self._run(), name=f"coalescer-{self.name}")
-        # If the caller is cancelled, its future is cancelled with it; the items are still
-        # flushed with their batch and the result is dropped.
-        return await future
+        return future
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the queued items to be flushed; True if idle."""

@@ -30,7 +30,11 @@ overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth
 
 Steps 3, 5 and 6 are batched across the runs in hand (:class:`~solutions.batching.Coalescer`):
 one script call, one transaction, one XACK for all of them. :meth:`Pipeline.settle` waits
-for those flushes at shutdown. Every XACK goes through :class:`~solutions.acks.Acks`.
+for those flushes at shutdown. A run that the drain deadline cancels after its marks were set
+(``redis``, ``redis-2phase``) undoes them: in the work at once, in the dedupe check or the
+commit once their flush has answered (the flush goes on without the run); a mark left behind
+would make the redelivery a duplicate, acked and never charged. Every XACK goes through
+:class:`~solutions.acks.Acks`.
 Nothing here raises on a failure of Redis, the store or the handler: every outcome is
 counted, logged (a failure that lasts as one line when it starts, a summary now and then, and
 one line when it ends; never a line per message), and either acked or left pending. A bug
@@ -54,6 +58,7 @@ From 60.7k to 40.8k instructions a message with ``none``, 77.7k to 52.2k with ``
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import sqlite3
@@ -135,7 +140,12 @@ class Pipeline:
         todo = await self._admit(deliveries)
         await turn.wait()
         todo, echoes = split_echoes(todo) if self.strategy.deduplicates else (todo, [])
-        done = await self._work(await self._begin(todo))
+        proceed = await self._begin(todo)
+        try:
+            done = await self._work(proceed)
+        except asyncio.CancelledError:  # a drain deadline in the work: none of it was done
+            await self._undo([event for _, event in proceed])  # or its marks outlive it: a lost event
+            raise
         events, applied = await self._record(done)
         turn.done()
         acked = await self._acknowledge(events, applied) if events else False
@@ -163,8 +173,12 @@ class Pipeline:
         """The strategy's verdicts: returns what to do; duplicates are acked, busy ones left pending."""
         if not todo or not self.strategy.checks_first:
             return todo
+        asked = self._begins.enqueue([event for _, event in todo])
         try:
-            verdicts = await self._begins.submit([event for _, event in todo])
+            verdicts = await asyncio.shield(asked)
+        except asyncio.CancelledError:
+            await self._undo_when_decided(todo, asked)
+            raise
         except REDIS_ERRORS as exc:
             if not_the_message(exc):
                 self._refused.failed(exc)
@@ -185,6 +199,25 @@ class Pipeline:
                 log.info("%s messages: another consumer holds their processing lease; left pending", busy)
             await self._skip_duplicates(duplicates)
         return proceed
+
+    async def _undo_when_decided(self, todo: list[Item], asked: asyncio.Future[list[Verdict]]) -> None:
+        """Cancelled (a drain deadline) while the dedupe check was on its way. Its flush goes on
+        without us (:mod:`solutions.batching`), and a mark it sets for a message we will not
+        work on would make the redelivery a "duplicate", acked and never charged. So wait for
+        the verdicts and undo the marks that were ours."""
+        try:
+            verdicts = await asked
+        except Exception:  # the check failed: it set nothing that we could undo
+            return
+        await self._undo([event for (_, event), v in zip(todo, verdicts, strict=True) if v is Verdict.PROCEED])
+
+    async def _undo_unless_recorded(self, events: list[OrderEvent], recorded: asyncio.Future[list[list[bool]]]) -> None:
+        """Cancelled while the charges were on their way: their commit goes on without us. If it
+        lands, the marks stay (the work is done); if it fails, they are undone."""
+        try:
+            await recorded
+        except Exception:
+            await self._undo(events)
 
     async def _work(self, todo: list[Item]) -> list[Item]:
         """The handler's work for the run (:meth:`~solutions.handler.Handler.process_run`), each
@@ -211,7 +244,15 @@ class Pipeline:
             charges = self.handler.charges(events, self.rules.consumer)
             if len(charges) != len(events):  # a handler's bug: nothing written, the messages stay pending
                 raise ValueError(f"the handler made {len(charges)} charges for {len(events)} events")
-            (applied,) = await self._records.submit([charges])
+            if self.strategy.checks_first:  # marks were set before the work: a cancel must not strand them
+                recorded = self._records.enqueue([charges])
+                try:
+                    (applied,) = await asyncio.shield(recorded)
+                except asyncio.CancelledError:
+                    await self._undo_unless_recorded(events, recorded)
+                    raise
+            else:
+                (applied,) = await self._records.submit([charges])
         except LedgerUnavailable as exc:  # the store's fault: a pause, not an attempt
             self.breaker.failed(exc, len(done))
             await self._undo(events)

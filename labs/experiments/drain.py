@@ -158,14 +158,20 @@ def drain_timeout_then_rescue(
     drain_timeout_s: float = 0.3,
     min_idle_ms: int = 300,
     timeout_s: float = 20.0,
+    dedupe: str = "sqlite",
 ) -> RescueRun:
-    """A slow worker is stopped with a drain budget shorter than its handler; a rescuer finishes."""
+    """A slow worker is stopped with a drain budget shorter than its handler; a rescuer finishes.
+
+    Both run with ``--dedupe dedupe``. With a strategy that marks events before the work
+    (``redis``, ``redis-2phase``), the marks of the runs the deadline cancelled must go with
+    them, or the rescuer acks those events as duplicates and never charges them."""
     client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
     ledger = run_dir / f"rescue-{time.time_ns():x}.sqlite3"
     event_ids = produce_backlog(client, stream, events, with_event_ids=True)
     slow = WorkerProcess.start(
         redis_url, stream, ledger, "w-slow", run_dir,
         handler_delay_ms=slow_handler_ms, drain_timeout_s=drain_timeout_s, count=in_hand, parallelism=in_hand,
+        dedupe=dedupe,
     )
     try:
         wait_until(lambda: slow.alive() and len(pending_ids(client, stream)) >= in_hand, timeout_s,
@@ -177,7 +183,7 @@ def drain_timeout_then_rescue(
     after_stop = frozenset(pending_ids(client, stream))
     charged_by_slow = len(charges(ledger))
     rescuer = _rescue(client, redis_url, stream, ledger, run_dir, events=events, min_idle_ms=min_idle_ms,
-                      timeout_s=timeout_s)
+                      timeout_s=timeout_s, dedupe=dedupe)
     per_event = Counter(c.event_id for c in charges(ledger))
     run = RescueRun(
         exit_code=code,
@@ -197,11 +203,11 @@ def drain_timeout_then_rescue(
 
 def _rescue(
     client: redis.Redis, redis_url: str, stream: str, ledger: Path, run_dir: Path, *,
-    events: int, min_idle_ms: int, timeout_s: float,
+    events: int, min_idle_ms: int, timeout_s: float, dedupe: str,
 ) -> WorkerProcess:
     """A second worker whose rescuer claims what is idle; stopped once everything is charged."""
     rescuer = WorkerProcess.start(
-        redis_url, stream, ledger, "w-rescuer", run_dir, min_idle_ms=min_idle_ms, claim_interval_ms=200,
+        redis_url, stream, ledger, "w-rescuer", run_dir, min_idle_ms=min_idle_ms, claim_interval_ms=200, dedupe=dedupe,
     )
     try:
         try:
