@@ -25,3 +25,16 @@ def test_session_ports_lie_below_the_ephemeral_range_and_skip_a_bound_port() -> 
         port = taken.getsockname()[1]
         with pytest.raises(LauncherError, match="no 1 free ports"):
             ports.free_ports(1, range(port, port + 1))
+
+
+def test_free_port_is_below_the_ephemeral_range_and_not_handed_out_twice() -> None:
+    """A port for a server started next is never one a client socket can be given meanwhile (a
+    split-brain run met "port 34495 is in use" with bind(0)), and a pick not yet bound is not
+    picked again by this process."""
+    low = int(ports.EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    picked = [ports.free_port() for _ in range(50)]
+    assert all(p < low and p in ports.session_port_window() for p in picked)
+    assert len(set(picked)) == 50
+    window = range(picked[0], picked[0] + 1)  # the one port, free but just handed out
+    with pytest.raises(LauncherError, match="no 1 free ports"):
+        ports.free_ports(1, window)

@@ -15,6 +15,7 @@ The defaults stay away from 6379 so that a student's own Redis is never touched.
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import socket
@@ -58,10 +59,12 @@ def from_env(var: str) -> list[int]:
 
 
 def free_port() -> int:
-    """Ask the kernel for a port nobody listens on (for tests that run beside a lab)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nobody has bound, for a server started next (tests and notebooks that run beside a lab).
+
+    Picked below the kernel's ephemeral range (:func:`session_port_window`), not by ``bind(0)``:
+    a port the kernel hands out is in that range, and any client socket may take the same number
+    before the server binds it (a split-brain run in notebook 03 once met "port 34495 is in use")."""
+    return free_ports(1, session_port_window())[0]
 
 
 def in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -127,6 +130,8 @@ def free_cluster_ports(n: int, window: range | None = None) -> list[int]:
 
 
 SESSION_WINDOW_WIDTH = 4000
+RECENT_PICKS = 256
+_recent: collections.deque[int] = collections.deque(maxlen=RECENT_PICKS)  # this process's last picks
 
 
 def session_port_window() -> range:
@@ -145,12 +150,15 @@ def session_port_window() -> range:
 
 
 def free_ports(n: int, window: range) -> list[int]:
-    """``n`` distinct ports nobody has bound, picked at random in ``window``."""
+    """``n`` distinct ports nobody has bound, picked at random in ``window``; none of the last
+    :data:`RECENT_PICKS` this process picked, which may not be bound yet (a topology's ports are
+    picked before its first server starts)."""
     picked: list[int] = []
     for port in random.sample(window, len(window)):
-        if _bindable(port):
+        if port not in _recent and _bindable(port):
             picked.append(port)
             if len(picked) == n:
+                _recent.extend(picked)
                 return picked
     raise LauncherError(f"no {n} free ports in {window.start}-{window.stop - 1}")
 

@@ -339,9 +339,5 @@ class SentinelTopology(Topology):
 
 
 def _distinct_free_ports(n: int) -> list[int]:
-    picked: list[int] = []
-    while len(picked) < n:
-        port = ports.free_port()
-        if port not in picked:
-            picked.append(port)
-    return picked
+    """``n`` distinct free ports below the ephemeral range (see :func:`labs.launcher.ports.free_port`)."""
+    return ports.free_ports(n, ports.session_port_window())
