@@ -20,7 +20,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from labs.launcher import ports
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
@@ -118,12 +119,6 @@ def chromium_skip_reason() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class JupyterServer:
     """A ``jupyter lab`` process over a copy of ``notebooks/``; stop it with :meth:`stop`."""
@@ -178,7 +173,7 @@ def start_jupyter(work_dir: Path, source: Path = ROOT / "notebooks", timeout_s: 
     """Copy ``source`` (``notebooks/``) into ``work_dir`` and serve it; waits until the API answers."""
     root_dir = work_dir / "notebooks"
     shutil.copytree(source, root_dir, ignore=shutil.ignore_patterns("html", ".ipynb_checkpoints"))
-    port, token = free_port(), secrets.token_hex(16)
+    port, token = ports.free_port(), secrets.token_hex(16)  # below the ephemeral range
     log_path = work_dir / "jupyter.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
