@@ -41,6 +41,12 @@ SETTLE_MARGIN_S = 5.0  # at shutdown, a commit on its way gets the ledger's busy
 LEFT_LISTED = 1000  # at most this many ids of what is left pending go into the drain line
 LEFT_QUERY_TIMEOUT_S = 2.0
 CANCEL_TIMEOUT_S = 5.0  # the readers, rescuers and watchers at the drain's start (solutions.cancelling)
+# Before they are cancelled, the readers and rescuers get this long to end by themselves (each
+# sees the stop at the top of its loop): an XREADGROUP or XAUTOCLAIM on its way when the stop
+# came then has its batch dispatched and drained, instead of being cancelled after Redis had
+# delivered it, which left the whole batch pending for another worker's min idle (about 1 stop
+# in 75 under load, notebook 07). A BLOCK with nothing to read waits it out, then is cancelled.
+READ_GRACE_S = 0.1
 CLOSE_MARGIN_S = 5.0  # closing the clients and the ledger (its last checkpoint), in drain_bound_s
 
 
@@ -176,6 +182,8 @@ class Lifecycle(ABC):
 
     async def _drain(self, tasks: list[asyncio.Task[None]]) -> Summary:
         started = time.monotonic()
+        if tasks:
+            await asyncio.wait(tasks, timeout=READ_GRACE_S)
         await cancel_and_wait(tasks, CANCEL_TIMEOUT_S)
         if self.breaker is not None:
             await self.breaker.aclose()
@@ -226,7 +234,8 @@ def drain_bound_s(settings: Settings) -> float:
     """The longest :meth:`Lifecycle.run` can take from the stop to its return, by its own timeouts:
     the runs in hand, a commit on its way, the PEL query and the lease, and a margin for closing."""
     settle_s = settings.ledger_busy_timeout_ms / 1000 + SETTLE_MARGIN_S
-    return CANCEL_TIMEOUT_S + settings.drain_timeout_s + settle_s + 2 * LEFT_QUERY_TIMEOUT_S + CLOSE_MARGIN_S
+    return (READ_GRACE_S + CANCEL_TIMEOUT_S + settings.drain_timeout_s + settle_s + 2 * LEFT_QUERY_TIMEOUT_S
+            + CLOSE_MARGIN_S)
 
 
 async def release_lease(part: StreamPart) -> None:
