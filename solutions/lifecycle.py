@@ -46,6 +46,7 @@ CANCEL_TIMEOUT_S = 5.0  # the readers, rescuers and watchers at the drain's star
 # came then has its batch dispatched and drained, instead of being cancelled after Redis had
 # delivered it, which left the whole batch pending for another worker's min idle (about 1 stop
 # in 75 under load, notebook 07). A BLOCK with nothing to read waits it out, then is cancelled.
+# The handlers in hand go on meanwhile, so the grace is part of --drain-timeout-s, not added to it.
 READ_GRACE_S = 0.1
 CLOSE_MARGIN_S = 5.0  # closing the clients and the ledger (its last checkpoint), in drain_bound_s
 
@@ -188,7 +189,8 @@ class Lifecycle(ABC):
         if self.breaker is not None:
             await self.breaker.aclose()
         parts = self.stream_parts()
-        in_hand = await asyncio.gather(*(part.pool.drain(self.settings.drain_timeout_s) for part in parts))
+        budget_s = max(0.0, self.settings.drain_timeout_s - (time.monotonic() - started))  # the grace counts
+        in_hand = await asyncio.gather(*(part.pool.drain(budget_s) for part in parts))
         settle_s = self.ledger.busy_timeout_ms / 1000 + SETTLE_MARGIN_S
         settled = await asyncio.gather(*(part.pipeline.settle(settle_s) for part in parts))
         if not all(settled):
