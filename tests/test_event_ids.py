@@ -1,11 +1,9 @@
-"""solutions.event_ids: unique, time-ordered ids, and why the ledger wants them."""
+"""solutions.event_ids: unique, time-ordered ids (why the ledger wants them: tests/test_ledger_keys.py)."""
 
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
-from labs.experiments.ledger_keys import compare
 from solutions.event_ids import new_event_id
 
 
@@ -22,13 +20,3 @@ def test_ids_are_unique_and_ordered_by_their_millisecond() -> None:
     by_ms = [event_id[:12] for event_id in ids]  # the first 48 bits are the millisecond
     assert by_ms == sorted(by_ms) and len(set(by_ms)) == 100
     assert new_event_id(now_ms=2) > new_event_id(now_ms=1)
-
-
-def test_random_ids_dirty_a_leaf_per_claim_and_time_ordered_ones_do_not(tmp_path: Path) -> None:
-    random_ids, ordered = compare(tmp_path)
-    # Random: a leaf of applied_events for each of the 100 claims, and most of the pages above
-    # them (about 210 frames here). Ordered: the last leaves of both tables and the pages above
-    # (about 25: mostly the charges rows, which every strategy writes).
-    assert random_ids.frames_per_commit > 100
-    assert ordered.frames_per_commit < 40
-    assert random_ids.frames_per_commit > 5 * ordered.frames_per_commit
