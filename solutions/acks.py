@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from redis.typing import StreamIdT
 
-from solutions.connection import Client
+from solutions.connection import Client, Direct
 from solutions.dlq import dead_letter_fields, dlq_stream
 from solutions.messages import Delivery
 
@@ -60,6 +60,7 @@ class Acks:
         self.stream = stream
         self.group = group
         self.dlq_stream = dlq_stream(stream)
+        self._direct = Direct(client)  # the hot XACK: a connection of its own
         self._done_script = client.register_script(DONE_AND_ACK_LUA)
         self._dead_letter_script = client.register_script(DEAD_LETTER_LUA)
 
@@ -67,7 +68,7 @@ class Acks:
         """``XACK stream group id ...``; returns how many were still pending."""
         if not ids:
             return 0
-        return int(await self.client.xack(self.stream, self.group, *ids))
+        return int(await self._direct.call(b"XACK", self.stream, self.group, *ids))
 
     async def ack_marking_done(self, ids: Sequence[str], keys: Sequence[str], ttl_s: int) -> int:
         """``SET key done EX ttl`` for every key and ``XACK`` every id, atomically (one ``EVALSHA``)."""

@@ -23,7 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from solutions.connection import REDIS_ERRORS, Backoff, Client, Streak, classify, describe, is_busygroup
+from solutions.connection import REDIS_ERRORS, Backoff, Client, Direct, Streak, classify, describe, is_busygroup
 from solutions.messages import Delivery, RawFields, flat_fields
 from solutions.settings import Settings
 from solutions.store_breaker import StoreBreaker
@@ -53,7 +53,8 @@ async def ensure_group(client: Client, stream: str, group: str) -> bool:
     return True
 
 
-async def xreadgroup_entries(client: Client, settings: Settings, cursor: str, block_ms: int | None) -> list[Entry]:
+async def xreadgroup_entries(client: Client, settings: Settings, cursor: str, block_ms: int | None,
+                             direct: Direct | None = None) -> list[Entry]:
     """``XREADGROUP GROUP group consumer COUNT count [BLOCK ms] STREAMS stream cursor``: the entries.
 
     redis-py turns every entry's fields into a dict (a Python call and a dict per message,
@@ -61,16 +62,17 @@ async def xreadgroup_entries(client: Client, settings: Settings, cursor: str, bl
     ``str``; sent with the name as bytes (the same bytes on the wire), the reply comes as
     hiredis built it: ``{stream: [[id, [name, value, ...]], ...]}`` (RESP3) or
     ``[[stream, [...]]]`` (RESP2). A client of another kind (a cluster client routes by the
-    command's name) goes through ``xreadgroup`` and its dicts are flattened.
+    command's name) goes through ``xreadgroup`` and its dicts are flattened. With ``direct``
+    (:class:`~solutions.connection.Direct`, a connection of the reader's own) the command skips
+    the client's per-command work.
     """
     s = settings
     if not isinstance(client, aioredis.Redis):
         parsed = await client.xreadgroup(s.group, s.consumer, {s.stream: cursor}, count=s.count, block=block_ms)
         return _flattened(parsed)
     block = (b"BLOCK", block_ms) if block_ms is not None else ()
-    reply: Any = await client.execute_command(  # type: ignore[no-untyped-call]
-        XREADGROUP, b"GROUP", s.group, s.consumer, b"COUNT", s.count, *block, b"STREAMS", s.stream, cursor
-    )
+    args = (XREADGROUP, b"GROUP", s.group, s.consumer, b"COUNT", s.count, *block, b"STREAMS", s.stream, cursor)
+    reply: Any = await (direct.call(*args) if direct else client.execute_command(*args))  # type: ignore[no-untyped-call]
     if not reply:
         return []
     if isinstance(reply, dict):  # RESP3: a map of one stream
@@ -132,6 +134,7 @@ class Reader:
         self.streak = Streak(log, f"XREADGROUP on {settings.stream}")
         self.unexpected = Streak(log, f"XREADGROUP on {settings.stream} (unexpected error)", level=logging.ERROR)
         self.cursor = OWN_PENDING
+        self.direct = Direct(client)
         self.reads = 0
         self.errors = 0
 
@@ -160,7 +163,7 @@ class Reader:
         s = self.settings
         block_ms = s.block_ms if self.cursor == NEW else None
         self.reads += 1
-        entries = await xreadgroup_entries(self.client, s, self.cursor, block_ms)
+        entries = await xreadgroup_entries(self.client, s, self.cursor, block_ms, self.direct)
         if self.cursor == NEW:
             if entries:
                 await self.dispatch([Delivery(i.decode(), f, 1, "new") for i, f in entries])

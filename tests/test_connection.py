@@ -18,6 +18,7 @@ from redis.exceptions import ConnectionError, DataError, ReadOnlyError, Response
 from labs.launcher.topology import Topology
 from solutions.connection import (
     Backoff,
+    Direct,
     HiredisPacking,
     MasterFollowingConnection,
     PackingConnection,
@@ -141,6 +142,40 @@ def test_clients_pack_with_hiredis_and_round_trip(redis_url: str, key_prefix: st
     text, fields = asyncio.run(round_trip())
     assert text.decode() == "значение"
     assert fields == {b"f": b"1.5", b"g": b"100000000000000000000", b"b": b"ba"}
+
+
+def test_direct_keeps_one_connection_and_answers_as_the_client_does(redis_url: str, key_prefix: str) -> None:
+    """The hot commands' own connection: the same connection call after call, the client's raw
+    replies, an error reply raised as the client raises it (the connection stays), a second
+    caller while one is on its way served by the client, and a connection the server killed
+    replaced without the caller seeing an error (the client's retry takes that call)."""
+    key = f"{key_prefix}direct"
+
+    async def scenario() -> dict[str, Any]:
+        client = connect(redis_url=redis_url)
+        direct = Direct(client)
+        try:
+            first = await direct.call("INCR", key)
+            held = direct._conn
+            second = await direct.call(b"INCR", key)
+            same = direct._conn is held
+            with pytest.raises(ResponseError, match="NOGROUP"):
+                await direct.call("XREADGROUP", "GROUP", "nope", "c", "STREAMS", f"{key_prefix}missing", ">")
+            kept = direct._conn is held and held is not None and held.is_connected
+            # Two at once: one on the held connection, one through the client.
+            both = await asyncio.gather(direct.call("BLPOP", f"{key_prefix}empty", "0.2"), direct.call("INCR", key))
+            own_id = await direct.call("CLIENT", "ID")
+            killed = await client.execute_command("CLIENT", "KILL", "ID", own_id)  # type: ignore[no-untyped-call]
+            after = await direct.call("INCR", key)
+            reconnected = await direct.call("CLIENT", "ID")
+            return {"replies": [first, second, *both, after], "same": same, "kept": kept, "killed": killed,
+                    "new_id": reconnected != own_id and direct._conn is held}
+        finally:
+            await client.aclose()
+
+    out = asyncio.run(scenario())
+    assert out["replies"] == [1, 2, None, 3, 4]
+    assert out["same"] and out["kept"] and out["killed"] == 1 and out["new_id"]
 
 
 def test_describe_names_the_error_and_its_reason() -> None:
