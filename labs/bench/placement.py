@@ -14,7 +14,9 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 
@@ -57,6 +59,34 @@ def pin(server_pid: int) -> tuple[str, str, str]:
     how = _set_affinity(server_pid, server)
     _set_affinity(os.getpid(), client)
     return ",".join(map(str, sorted(server))), ",".join(map(str, sorted(client))), how
+
+
+def _threads_to(cpus: set[int]) -> None:
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+@contextlib.contextmanager
+def off_the_client_cpus() -> Iterator[None]:
+    """Every thread of this process on the CPUs it is not pinned to (the server's, see :func:`pin`)
+    while the block runs, then back. A process started *before* the block keeps the client
+    CPUs: the bench starts the consumer it measures, then polls Redis and ``/proc`` from the
+    server's CPU, so the instrument (and the progress bar's refresh thread) takes no CPU time
+    from the consumer. On one CPU, or without the affinity API, nothing moves."""
+    if not hasattr(os, "sched_getaffinity"):
+        yield
+        return
+    mine = os.sched_getaffinity(0)
+    others = set(range(os.cpu_count() or 1)) - mine
+    if not others:
+        yield
+        return
+    _threads_to(others)
+    try:
+        yield
+    finally:
+        _threads_to(mine)
 
 
 def ping_rtt_us(url: str, samples: int = 2000) -> float:
