@@ -6,7 +6,11 @@ Schema (the contract labs and graders read):
   ``msg_id``, ``consumer``, ``charged_at`` in unix seconds). It is never deduplicated by
   itself, so a duplicate charge stays visible and countable.
 - ``applied_events(event_id PRIMARY KEY, ...)``: written only by the ``sqlite`` dedupe
-  strategy, in the same transaction as the charge, so the effect happens exactly once.
+  strategy, in the same transaction as the charge, so the effect happens exactly once. A new
+  ledger's table holds the key alone, as lab 3's does: the message, the consumer and the time
+  are in the charge with the same ``event_id``. Its rows used to copy them; the claim then cost
+  2.7 us of CPU and 191 bytes of database a charge, now 2.0 us and 144 bytes (100,000 charges
+  in batches of 100), and about a third less WAL. A ledger made with the copies keeps them.
 
 ``event_id`` holds the dedupe key: the message's ``event_id``, else ``<stream>:<msg_id>``.
 ``charges`` has no index on ``event_id``: the worker only appends to it, and an index on
@@ -59,10 +63,7 @@ CREATE TABLE IF NOT EXISTS charges (
     charged_at REAL    NOT NULL
 );
 CREATE TABLE IF NOT EXISTS applied_events (
-    event_id   TEXT PRIMARY KEY,
-    msg_id     TEXT NOT NULL,
-    consumer   TEXT NOT NULL,
-    applied_at REAL NOT NULL
+    event_id   TEXT PRIMARY KEY
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS store_probe (
     id         INTEGER PRIMARY KEY CHECK (id = 1),
@@ -73,9 +74,12 @@ PROBE = "INSERT OR REPLACE INTO store_probe(id, probed_at) VALUES (1, ?)"
 
 
 INSERT_CHARGES = "INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES "
-CLAIM_EVENTS = "INSERT INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
+CLAIM_EVENTS = "INSERT INTO applied_events(event_id) VALUES "
 LAST_CHARGE_ID = "SELECT max(id) FROM charges"
-CLAIM_INSERTED = (
+CLAIM_INSERTED = "INSERT OR IGNORE INTO applied_events(event_id) SELECT event_id FROM charges WHERE id > ?"
+# A ledger made before applied_events lost its copies of the charge's msg_id, consumer and time.
+WIDE_CLAIM_EVENTS = "INSERT INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
+WIDE_CLAIM_INSERTED = (
     "INSERT OR IGNORE INTO applied_events(event_id, msg_id, consumer, applied_at) "
     "SELECT event_id, msg_id, consumer, charged_at FROM charges WHERE id > ?"
 )
@@ -99,7 +103,12 @@ def _insert_sql(rows: int) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _claim_sql(rows: int) -> str:
-    return CLAIM_EVENTS + _values(rows, 2, ", ?1, ?2")  # event_id, msg_id; consumer, applied_at
+    return CLAIM_EVENTS + ", ".join(["(?)"] * rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _wide_claim_sql(rows: int) -> str:
+    return WIDE_CLAIM_EVENTS + _values(rows, 2, ", ?1, ?2")  # event_id, msg_id; consumer, applied_at
 
 
 @functools.lru_cache(maxsize=64)
@@ -204,6 +213,7 @@ class Ledger:
         self._lock = threading.Lock()  # one writer at a time on our connection; close waits for it
         self._busy_ms = busy_timeout_ms
         self._opened = False  # once opened, a reconnect must find the file (see _connect)
+        self._wide_claims = False  # an older ledger's applied_events copies msg_id, consumer and time
 
     def open(self, *, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Ledger:
         """Create the file and the tables and switch to WAL (idempotent).
@@ -245,10 +255,12 @@ class Ledger:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(applied_events)")}
         except BaseException:
             conn.close()
             raise
         self._opened = True
+        self._wide_claims = "msg_id" in columns
         return conn
 
     def close(self) -> None:
@@ -359,8 +371,7 @@ class Ledger:
             db.execute(f"PRAGMA busy_timeout={busy_ms}")
             self._busy_ms = busy_ms
 
-    @staticmethod
-    def _claim_all(db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> bool:
+    def _claim_all(self, db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> bool:
         """The usual batch: no event applied before and none twice. Its charges are inserted and
         their ``applied_events`` rows claimed from them (``INSERT OR IGNORE ... SELECT``, nothing
         bound twice); the count of claimed rows says whether every event was new. If one was
@@ -373,15 +384,14 @@ class Ledger:
         for batch in batches:
             _execute_rows(db, _insert_sql, (batch.consumer, now), batch.rows, WIDTH)
         before = db.total_changes
-        db.execute(CLAIM_INSERTED, (last_id or 0,))
+        db.execute(WIDE_CLAIM_INSERTED if self._wide_claims else CLAIM_INSERTED, (last_id or 0,))
         claimed_all = db.total_changes - before == len(keys)
         if not claimed_all:
             db.execute("ROLLBACK TO claim")
         db.execute("RELEASE claim")
         return claimed_all
 
-    @staticmethod
-    def _claim(db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
+    def _claim(self, db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
         """Which charges are new, when some event was applied before or comes twice in the batch
         (:meth:`_claim_all` said so); their ``applied_events`` rows are written. Inside ``BEGIN
         IMMEDIATE`` no other writer can come between the lookup and the claim."""
@@ -392,11 +402,14 @@ class Ledger:
             first = key not in applied
             applied.add(key)
             verdicts.append(first)
+        if not self._wide_claims:
+            _execute_rows(db, _claim_sql, (), [key for key, new in zip(keys, verdicts, strict=True) if new], 1)
+            return verdicts
         start = 0
         for batch in batches:
             end = start + len(batch)
             new = batch.only(verdicts[start:end])
-            _execute_rows(db, _claim_sql, (batch.consumer, now), new.claims, 2)
+            _execute_rows(db, _wide_claim_sql, (batch.consumer, now), new.claims, 2)
             start = end
         return verdicts
 

@@ -112,7 +112,8 @@ def test_sqlite_writes_applied_events_in_the_same_transaction(
 
     asyncio.run(scenario())
     with sqlite3.connect(s.ledger) as db:
-        applied = dict(db.execute("SELECT event_id, msg_id FROM applied_events").fetchall())
+        claims = "SELECT event_id, msg_id FROM applied_events JOIN charges USING (event_id)"  # the charge's msg_id
+        applied = dict(db.execute(claims).fetchall())
         mode = db.execute("PRAGMA journal_mode").fetchone()[0]
         columns = [r[1] for r in db.execute("PRAGMA table_info(charges)").fetchall()]
     assert applied == {"ev-9": msg_id, f"{s.stream}:{no_event_id}": no_event_id}

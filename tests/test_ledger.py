@@ -36,20 +36,47 @@ def test_ledger_write_applies_each_event_once_across_and_within_batches(tmp_path
 
 def test_a_batch_of_new_events_claims_them_from_its_own_charges(tmp_path: Path) -> None:
     """``once``, the usual batch: each claim is made from the charge just inserted (``INSERT OR
-    IGNORE ... SELECT``), so ``applied_events`` holds exactly the batch's events, with their
-    message, consumer and the charge's time; rows charged earlier are not claimed again."""
+    IGNORE ... SELECT``), so ``applied_events`` holds exactly the batch's events (the key alone:
+    the message, consumer and time are the charge's); rows charged earlier are not claimed again."""
     ledger = Ledger(tmp_path / "l.sqlite3").open()
     try:
         assert ledger.write(_hundred(0), once=False) == [True] * 100  # charges no claim was made for
         assert ledger.write(_hundred(100), once=True) == [True] * 100
         with sqlite3.connect(ledger.path) as db:
-            claims = db.execute("SELECT event_id, msg_id, consumer, applied_at FROM applied_events").fetchall()
-            charges = db.execute("SELECT event_id, msg_id, consumer, charged_at FROM charges WHERE id > 100").fetchall()
+            columns = [row[1] for row in db.execute("PRAGMA table_info(applied_events)")]
+            claims = {row[0] for row in db.execute("SELECT event_id FROM applied_events")}
+            charged = {row[0] for row in db.execute("SELECT event_id FROM charges WHERE id > 100")}
         db.close()
-        assert sorted(claims) == sorted(charges) and len(claims) == 100
-        assert {claim[0] for claim in claims} == {f"e-{i}" for i in range(100, 200)}
+        assert columns == ["event_id"]
+        assert claims == charged == {f"e-{i}" for i in range(100, 200)}
     finally:
         ledger.close()
+
+
+@pytest.mark.parametrize("rowid", [True, False], ids=["rowid table", "without rowid"])
+def test_a_ledger_whose_claims_copy_the_charge_keeps_copying_it(tmp_path: Path, rowid: bool) -> None:
+    """A ledger made when ``applied_events`` copied the charge's message, consumer and time (as
+    a rowid table, or the WITHOUT ROWID table after it) keeps that layout, and both ways of
+    claiming (a batch of new events, and one decided event by event) fill every column."""
+    path = tmp_path / "wide.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE applied_events (event_id TEXT PRIMARY KEY, msg_id TEXT NOT NULL, "
+            "consumer TEXT NOT NULL, applied_at REAL NOT NULL)" + ("" if rowid else " WITHOUT ROWID")
+        )
+    db.close()
+    ledger = Ledger(path).open()
+    try:
+        assert ledger.write(_hundred(0), once=True) == [True] * 100
+        again = [Charge("e-5", "o-1", "1.00", "2-5", "d"), Charge("e-500", "o-1", "1.00", "2-500", "d")]
+        assert ledger.write(again, once=True) == [False, True]
+    finally:
+        ledger.close()
+    with sqlite3.connect(path) as db:
+        claims = db.execute("SELECT event_id, msg_id, consumer, applied_at FROM applied_events").fetchall()
+        charges = db.execute("SELECT event_id, msg_id, consumer, charged_at FROM charges").fetchall()
+    db.close()
+    assert sorted(claims) == sorted(charges) and len(claims) == 101
 
 
 def test_a_batch_with_an_event_applied_before_is_decided_event_by_event(tmp_path: Path) -> None:
@@ -64,7 +91,7 @@ def test_a_batch_with_an_event_applied_before_is_decided_event_by_event(tmp_path
                  Charge("e-2", "o-2", "3.00", "1-2", "c")]
         assert ledger.write(batch, once=True) == [True, False, True]
         with sqlite3.connect(ledger.path) as db:
-            claims = db.execute("SELECT event_id, msg_id, consumer FROM applied_events ORDER BY event_id").fetchall()
+            claims = db.execute(CLAIMS_WITH_THEIR_CHARGE).fetchall()
             rows = db.execute("SELECT event_id, amount, msg_id, consumer FROM charges ORDER BY id").fetchall()
         db.close()
         assert claims == [("e-0", "1-0", "b"), ("e-1", "0-1", "a"), ("e-2", "1-2", "c")]
@@ -85,7 +112,7 @@ def test_batches_of_several_runs_are_one_transaction_with_verdicts_in_order(tmp_
         assert ledger.write_batches([first, second], once=True) == [True, False, True, False]
         assert ledger.write_batches([Charges("d", [])], once=True) == [] == ledger.write([], once=True)
         with sqlite3.connect(ledger.path) as db:
-            claims = db.execute("SELECT event_id, msg_id, consumer FROM applied_events ORDER BY event_id").fetchall()
+            claims = db.execute(CLAIMS_WITH_THEIR_CHARGE).fetchall()
             rows = db.execute("SELECT event_id, order_id, amount, msg_id, consumer FROM charges ORDER BY id").fetchall()
         db.close()
         assert claims == [("e-0", "1-0", "b"), ("e-1", "0-1", "a"), ("e-2", "1-2", "c")]
@@ -118,6 +145,11 @@ def test_a_ledger_created_with_the_older_applied_events_layout_still_applies_onc
         (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'applied_events'").fetchone()
     db.close()
     assert "WITHOUT ROWID" not in sql
+
+
+CLAIMS_WITH_THEIR_CHARGE = (
+    "SELECT event_id, msg_id, consumer FROM applied_events JOIN charges USING (event_id) ORDER BY event_id"
+)
 
 
 def _hundred(start: int) -> list[Charge]:
