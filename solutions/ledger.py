@@ -75,7 +75,6 @@ PROBE = "INSERT OR REPLACE INTO store_probe(id, probed_at) VALUES (1, ?)"
 
 INSERT_CHARGES = "INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES "
 CLAIM_EVENTS = "INSERT INTO applied_events(event_id) VALUES "
-LAST_CHARGE_ID = "SELECT max(id) FROM charges"
 CLAIM_INSERTED = "INSERT OR IGNORE INTO applied_events(event_id) SELECT event_id FROM charges WHERE id > ?"
 # A ledger made before applied_events lost its copies of the charge's msg_id, consumer and time.
 WIDE_CLAIM_EVENTS = "INSERT INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
@@ -129,6 +128,20 @@ def _execute_rows(
         part = params[start : start + step]
         out += db.execute(sql_for(len(part) // width), [*shared, *part])
     return out
+
+
+class _NotAllNew(Exception):
+    """A batch with an event applied before, or twice: the transaction is rolled back."""
+
+
+def _insert_rows(db: sqlite3.Connection, consumer: str, now: float, params: Sequence[str]) -> tuple[int, int]:
+    """:func:`_execute_rows` for charges: the last rowid given out and how many rows."""
+    step = ROWS_PER_STATEMENT * WIDTH
+    last_id = 0
+    for start in range(0, len(params), step):
+        part = params[start : start + step]
+        last_id = db.execute(_insert_sql(len(part) // WIDTH), [consumer, now, *part]).lastrowid or 0
+    return last_id, len(params) // WIDTH
 
 
 def _probe_write(db: sqlite3.Connection, now: float) -> None:
@@ -294,16 +307,24 @@ class Ledger:
         :data:`ROWS_PER_STATEMENT` charges: one statement step instead of one per row.
         """
         busy_ms = self.busy_timeout_ms if wait else 0  # 0: "database is locked" at once
-        return self._transaction(busy_ms, self._apply, batches, once, time.time())
-
-    def _apply(self, db: sqlite3.Connection, batches: Sequence[Charges], once: bool, now: float) -> list[bool]:
-        """The statements of :meth:`write_batches`, inside its transaction."""
+        now = time.time()
         if not once:
-            for batch in batches:
-                _execute_rows(db, _insert_sql, (batch.consumer, now), batch.rows, WIDTH)
-            return [True] * sum(map(len, batches))
-        if self._claim_all(db, batches, now):
-            return [True] * sum(map(len, batches))
+            return self._transaction(busy_ms, self._insert, batches, now)
+        try:
+            return self._transaction(busy_ms, self._claim_all, batches, now)
+        except _NotAllNew:  # rolled back: decide event by event, in a transaction of its own
+            return self._transaction(busy_ms, self._claim_each, batches, now)
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
+        """``once`` off: every charge inserted."""
+        for batch in batches:
+            _execute_rows(db, _insert_sql, (batch.consumer, now), batch.rows, WIDTH)
+        return [True] * sum(map(len, batches))
+
+    def _claim_each(self, db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
+        """``once``, when some event of the batch was applied before or comes twice: the new ones
+        claimed (:meth:`_claim`) and only their charges inserted."""
         applied = self._claim(db, batches, now)
         start = 0
         for batch in batches:
@@ -371,25 +392,28 @@ class Ledger:
             db.execute(f"PRAGMA busy_timeout={busy_ms}")
             self._busy_ms = busy_ms
 
-    def _claim_all(self, db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> bool:
+    def _claim_all(self, db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
         """The usual batch: no event applied before and none twice. Its charges are inserted and
-        their ``applied_events`` rows claimed from them (``INSERT OR IGNORE ... SELECT``, nothing
-        bound twice); the count of claimed rows says whether every event was new. If one was
-        not, both inserts are undone (a savepoint) and False returned: :meth:`_claim` decides."""
+        their ``applied_events`` rows claimed from them (``INSERT OR IGNORE ... SELECT`` over the
+        rowids just given out, nothing bound twice); the count of claimed rows says whether every
+        event was new. If one was not, :class:`_NotAllNew` rolls the transaction back, and
+        :meth:`_claim_each` decides in another (a redelivery: rare, and then no savepoint to
+        pay for in every batch)."""
         keys = batches[0].event_ids if len(batches) == 1 else [key for batch in batches for key in batch.event_ids]
+        if not keys:
+            return []
         if len(set(keys)) != len(keys):
-            return False
-        db.execute("SAVEPOINT claim")
-        (last_id,) = db.execute(LAST_CHARGE_ID).fetchone()
+            raise _NotAllNew
+        first_id: int | None = None
         for batch in batches:
-            _execute_rows(db, _insert_sql, (batch.consumer, now), batch.rows, WIDTH)
+            last_id, rows = _insert_rows(db, batch.consumer, now, batch.rows)
+            if first_id is None and rows:
+                first_id = last_id - rows + 1  # a rowid table hands out max(rowid) + 1, row by row
         before = db.total_changes
-        db.execute(WIDE_CLAIM_INSERTED if self._wide_claims else CLAIM_INSERTED, (last_id or 0,))
-        claimed_all = db.total_changes - before == len(keys)
-        if not claimed_all:
-            db.execute("ROLLBACK TO claim")
-        db.execute("RELEASE claim")
-        return claimed_all
+        db.execute(WIDE_CLAIM_INSERTED if self._wide_claims else CLAIM_INSERTED, ((first_id or 1) - 1,))
+        if db.total_changes - before != len(keys):
+            raise _NotAllNew
+        return [True] * len(keys)
 
     def _claim(self, db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
         """Which charges are new, when some event was applied before or comes twice in the batch
