@@ -8,6 +8,15 @@ transaction) for everything queued so far, while later items wait for the next f
 A flush runs in a task of the coalescer's own, so it finishes even when the coroutine that
 asked for it is cancelled (a drain deadline): :meth:`Coalescer.wait_idle` is how shutdown
 waits for every commit and XACK still on its way before it says ``drain complete``.
+
+A coalescer given a ``now`` function (the ledger's commits: one that never waits, or says it
+would) runs it in the caller's own task when nothing else is queued or on its way: the usual
+case when a read batch is one run, where a task and a future for every commit cost more than
+the commit's own Python (the ``billing-worker`` process, ``--dedupe none``: 4-9 % more messages
+a second). It yields once first, as the flush task does, so that the reader sends its next
+read before the commit. ``now`` does not wait, so nothing can cancel it halfway; when it
+would have to wait (another process holds the ledger's lock), it returns None and the items
+take the queue, as they always did.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 Flush = Callable[[list[T]], Awaitable[Sequence[R]]]
+FlushNow = Callable[[list[T]], Sequence[R] | None]  # the flush, if it can be done without waiting
 
 
 class Coalescer(Generic[T, R]):
@@ -35,9 +45,10 @@ class Coalescer(Generic[T, R]):
     """
 
     def __init__(self, name: str, flush: Flush[T, R], *, max_batch: int = 512,
-                 size: Callable[[T], int] | None = None) -> None:
+                 size: Callable[[T], int] | None = None, now: FlushNow[T, R] | None = None) -> None:
         self.name = name
         self._flush = flush
+        self._now = now
         self._max_batch = max_batch
         self._size = size
         self._queue: list[tuple[list[T], asyncio.Future[list[R]]]] = []
@@ -64,7 +75,18 @@ class Coalescer(Generic[T, R]):
         If the caller is cancelled, its future is cancelled with it; the items are still
         flushed with their batch and the result is dropped (a caller that must know it awaits
         :meth:`enqueue`'s future through ``asyncio.shield``)."""
-        return await self.enqueue(items) if items else []
+        if not items:
+            return []
+        if self._now is not None and self.idle:
+            await asyncio.sleep(0)  # as the flush task does: the reader and the other runs go first
+            if self.idle:
+                results = self._now(list(items))
+                if results is not None:
+                    self.flushes += 1
+                    if len(results) != len(items):
+                        raise ValueError(f"{self.name}: flush returned {len(results)} results for {len(items)} items")
+                    return list(results)
+        return await self.enqueue(items)
 
     def enqueue(self, items: Sequence[T]) -> asyncio.Future[list[R]]:
         """Queue ``items``; the future that the flush carrying them resolves."""

@@ -101,6 +101,11 @@ class Strategy(Protocol):
         """The charges in one ledger transaction; per charge, in order, False if skipped as already applied."""
         ...
 
+    def record_now(self, batches: list[Charges]) -> list[bool] | None:
+        """:meth:`record` if it can be done without waiting (another process holds the ledger's
+        lock: None, and nothing was written)."""
+        ...
+
     async def acknowledge(self, events: Sequence[OrderEvent]) -> None:
         """XACK the messages of recorded charges."""
         ...
@@ -127,12 +132,20 @@ async def write_ledger(ledger: Ledger, batches: list[Charges], *, once: bool) ->
     timeout) in a thread. A lock held longer, or any other failure of the store, raises
     :class:`~solutions.sqlite_errors.LedgerUnavailable`: nothing was written.
     """
+    applied = write_ledger_now(ledger, batches, once=once)
+    if applied is not None:
+        return applied
+    return await asyncio.to_thread(ledger.write_batches, batches, once=once)
+
+
+def write_ledger_now(ledger: Ledger, batches: list[Charges], *, once: bool) -> list[bool] | None:
+    """:func:`write_ledger` without waiting: None when another process holds the write lock."""
     try:
         return ledger.write_batches(batches, once=once, wait=False)
     except LedgerUnavailable as exc:
         if exc.fault is not Fault.LOCKED:
             raise
-    return await asyncio.to_thread(ledger.write_batches, batches, once=once)
+    return None
 
 
 class _LedgerThenXack:
@@ -154,6 +167,9 @@ class _LedgerThenXack:
 
     async def record(self, batches: list[Charges]) -> list[bool]:
         return await write_ledger(self.deps.ledger, batches, once=self.once)
+
+    def record_now(self, batches: list[Charges]) -> list[bool] | None:
+        return write_ledger_now(self.deps.ledger, batches, once=self.once)
 
     async def acknowledge(self, events: Sequence[OrderEvent]) -> None:
         await self.deps.acks.ack([event.msg_id for event in events])

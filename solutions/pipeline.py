@@ -29,7 +29,8 @@ overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth
    their ``done`` markers).
 
 Steps 3, 5 and 6 are batched across the runs in hand (:class:`~solutions.batching.Coalescer`):
-one script call, one transaction, one XACK for all of them. :meth:`Pipeline.settle` waits
+one script call, one transaction, one XACK for all of them. A commit that finds nothing else
+on its way and the ledger free runs in the run's own task (``now``: no task of its own). :meth:`Pipeline.settle` waits
 for those flushes at shutdown. A run that the drain deadline cancels after its marks were set
 (``redis``, ``redis-2phase``) undoes them: in the work at once, in the dedupe check or the
 commit once their flush has answered (the flush goes on without the run); a mark left behind
@@ -109,7 +110,7 @@ class Pipeline:
         self._unacked = Streak(log, "XACK of charged messages", action="left pending for the strategy to judge")
         self._kept = Streak(log, "giving deliveries back (XCLAIM RETRYCOUNT)", action="they count as attempts")
         self._begins = Coalescer("begin", strategy.begin)
-        self._records = Coalescer("record", self._record_flush, size=len)
+        self._records = Coalescer("record", self._record_flush, size=len, now=self._record_now)
         self._acknowledged: Coalescer[OrderEvent, None] = Coalescer("acknowledge", self._acknowledge_flush)
         self._duplicates: Coalescer[str, None] = Coalescer("xack", self._ack_flush)
 
@@ -352,14 +353,17 @@ class Pipeline:
         self.breaker.refuse()  # while the store is down, a charge on its way fails at once
         applied = await self.strategy.record(batches)
         self.breaker.committed()
-        if len(batches) == 1:
-            return [applied]
-        each: list[list[bool]] = []
-        start = 0
-        for batch in batches:  # each run's verdicts, back from the one transaction
-            each.append(applied[start : start + len(batch)])
-            start += len(batch)
-        return each
+        return _each(batches, applied)
+
+    def _record_now(self, batches: list[Charges]) -> list[list[bool]] | None:
+        """:meth:`_record_flush` in the caller's task, if the ledger needs no wait (see
+        :mod:`solutions.batching`); None, having written nothing, if it does."""
+        self.breaker.refuse()
+        applied = self.strategy.record_now(batches)
+        if applied is None:
+            return None
+        self.breaker.committed()
+        return _each(batches, applied)
 
     async def _acknowledge_flush(self, events: list[OrderEvent]) -> list[None]:
         await self.strategy.acknowledge(events)
@@ -382,6 +386,18 @@ class Pipeline:
         for coalescer in (self._begins, self._records, self._acknowledged, self._duplicates):
             settled = await coalescer.wait_idle(max(0.0, deadline - time.monotonic())) and settled
         return settled
+
+
+def _each(batches: list[Charges], applied: list[bool]) -> list[list[bool]]:
+    """Each run's verdicts, back from the one transaction of all of them."""
+    if len(batches) == 1:
+        return [applied]
+    each: list[list[bool]] = []
+    start = 0
+    for batch in batches:
+        each.append(applied[start : start + len(batch)])
+        start += len(batch)
+    return each
 
 
 def split_runs(

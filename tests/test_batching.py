@@ -113,3 +113,84 @@ def test_a_cancelled_caller_still_has_its_items_flushed_and_wait_idle_waits_for_
     batches, busy, idle = asyncio.run(scenario())
     assert batches == [[1, 2]]
     assert busy is False and idle is True
+
+
+
+class NowRecorder(Recorder):
+    """A flush that can also be done at once (``now``), unless ``would_wait`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now_batches: list[list[int]] = []
+        self.would_wait = False
+
+    def now(self, items: list[int]) -> list[int] | None:
+        if self.would_wait:
+            return None
+        self.now_batches.append(items)
+        return [item * 10 for item in items]
+
+
+def test_a_lone_caller_is_flushed_now_in_its_own_task() -> None:
+    """The ledger's commits: nothing queued and nothing on its way, so ``now`` runs in the caller's
+    task and the coalescer starts no task of its own."""
+
+    async def scenario() -> tuple[list[int], NowRecorder, bool]:
+        recorder = NowRecorder()
+        batch = Coalescer("test", recorder.flush, now=recorder.now)
+        results = await batch.submit([1, 2])
+        return results, recorder, batch._runner is None
+
+    results, recorder, no_task = asyncio.run(scenario())
+    assert results == [10, 20] and recorder.now_batches == [[1, 2]] and recorder.batches == [] and no_task
+
+
+def test_when_now_would_wait_the_items_take_the_queue() -> None:
+    async def scenario() -> tuple[list[int], NowRecorder]:
+        recorder = NowRecorder()
+        recorder.would_wait = True  # another process holds the ledger's lock
+        batch = Coalescer("test", recorder.flush, now=recorder.now)
+        return await batch.submit([3]), recorder
+
+    results, recorder = asyncio.run(scenario())
+    assert results == [30] and recorder.now_batches == [] and recorder.batches == [[3]]
+
+
+def test_while_a_flush_is_on_its_way_callers_queue_behind_it_and_not_now() -> None:
+    """``now`` only when the coalescer is idle: a caller never overtakes a flush on its way, and
+    one flush runs at a time."""
+
+    async def scenario() -> tuple[NowRecorder, list[list[int]]]:
+        recorder = NowRecorder()
+        recorder.would_wait = True
+        recorder.gate.clear()
+        batch = Coalescer("test", recorder.flush, now=recorder.now)
+        first = asyncio.ensure_future(batch.submit([1]))
+        await until(lambda: recorder.batches, 5, "the queued flush (held at the gate)")
+        recorder.would_wait = False
+        later = [asyncio.ensure_future(batch.submit([i])) for i in (2, 3)]
+        await until(lambda: batch.pending == 3, 5, "two more callers queued")
+        assert recorder.now_batches == []
+        recorder.gate.set()
+        results = [await first, *[await f for f in later]]
+        results.append(await batch.submit([4]))  # idle again: now
+        return recorder, results
+
+    recorder, results = asyncio.run(scenario())
+    assert recorder.batches == [[1], [2, 3]] and recorder.now_batches == [[4]]
+    assert results == [[10], [20], [30], [40]]
+
+
+def test_a_caller_cancelled_before_now_flushes_nothing() -> None:
+    async def scenario() -> tuple[NowRecorder, bool]:
+        recorder = NowRecorder()
+        batch = Coalescer("test", recorder.flush, now=recorder.now)
+        caller = asyncio.ensure_future(batch.submit([1]))
+        await asyncio.sleep(0)  # the caller is in its yield before ``now``
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        return recorder, batch.idle
+
+    recorder, idle = asyncio.run(scenario())
+    assert recorder.now_batches == [] and recorder.batches == [] and idle
