@@ -18,8 +18,10 @@ and the store never comes back (issue 32). The policy, chosen for that case:
 - **no AUTOINCREMENT** on ``charges`` (see :mod:`solutions.ledger`): a rowid table already
   gives new rows increasing ids while nothing is deleted, and ``charges`` is append-only;
   ``AUTOINCREMENT`` only adds a write of ``sqlite_sequence`` to every commit.
-- **a bounded WAL**: ``wal_autocheckpoint`` at :data:`WAL_AUTOCHECKPOINT_PAGES` (512 KiB of
-  WAL): the commit that takes the WAL past it checkpoints (PASSIVE: it never waits for
+- **a bounded WAL**: ``wal_autocheckpoint`` at an eighth of the free space of the ledger's
+  filesystem, between :data:`MIN_WAL_BYTES` (512 KiB) and :data:`MAX_WAL_BYTES` (4 MiB), looked
+  at again every :data:`REVIEW_EVERY_COMMITS` commits (:func:`wal_bound_bytes`): the commit that
+  takes the WAL past it checkpoints (PASSIVE: it never waits for
   another process's readers or writers; one that cannot finish is simply tried again at the
   next commit). The WAL then never holds more than about that plus one batch, so a disk
   freed by well under 1 MB lets the ledger go on. It is inline (in the commit), not in a
@@ -32,9 +34,14 @@ and the store never comes back (issue 32). The policy, chosen for that case:
   and then the database (about 1 ms each on this machine's disk), and that wait stops the
   worker's event loop. At 256 KiB, turning them off (``synchronous=OFF``, which the ledger
   does not use) made the ``billing-worker`` process 12 % faster with ``--dedupe none`` and
-  17 % with ``sqlite``; 512 KiB makes half as many checkpoints (2 % and 5 % faster) and still
-  fits in the 900 KB that ``tests/test_store_small_disk.py`` frees.
-- **``journal_size_limit``** at the same 512 KiB (:data:`JOURNAL_SIZE_LIMIT_BYTES`): when
+  17 % with ``sqlite``; 512 KiB made half as many checkpoints (2 % and 5 % faster) and still
+  fits in the 900 KB that ``tests/test_store_small_disk.py`` frees. So the bound follows the
+  room there is: on a nearly full disk it is 512 KiB, as it was; with 32 MB free or more it is
+  4 MiB, an eighth as many checkpoints (the ``billing-worker`` process, four fields, A/B
+  twice: ``sqlite`` +6 % and +13 %, ``none`` +1 % and +2 %). A bound that the free space sets
+  shrinks when the disk fills (within 64 commits), before the WAL could take what is left.
+- **``journal_size_limit``** at the same bound (:data:`JOURNAL_SIZE_LIMIT_BYTES` on a nearly
+  full disk): when
   the WAL restarts, a file that grew past the bound (one large batch, or checkpoints that
   could not run while the disk was full) is cut back to it; the space up to the bound stays
   the ledger's, so the next commits do not need the filesystem to find it again.
@@ -48,21 +55,50 @@ and the store never comes back (issue 32). The policy, chosen for that case:
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 1024
-WAL_AUTOCHECKPOINT_PAGES = 512  # about 512 KiB of WAL with 1 KiB pages
-JOURNAL_SIZE_LIMIT_BYTES = 512 * 1024
+MIN_WAL_BYTES = 512 * 1024  # the bound on a nearly full disk
+MAX_WAL_BYTES = 4 * 1024 * 1024
+FREE_SHARE = 8  # the WAL may take an eighth of the free space, between the two
+REVIEW_EVERY_COMMITS = 64  # how often the free space is looked at again
+WAL_AUTOCHECKPOINT_PAGES = MIN_WAL_BYTES // PAGE_SIZE  # a new ledger on a nearly full disk
+JOURNAL_SIZE_LIMIT_BYTES = MIN_WAL_BYTES
+
+
+def bound_for_free(free_bytes: int) -> int:
+    """The WAL's bound in bytes for ``free_bytes`` free on the ledger's filesystem."""
+    return max(MIN_WAL_BYTES, min(MAX_WAL_BYTES, free_bytes // FREE_SHARE))
+
+
+def wal_bound_bytes(directory: Path) -> int:
+    """:func:`bound_for_free` for the filesystem of ``directory`` (``statvfs``: the space an
+    unprivileged process may use); the smallest bound if it cannot be asked."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return MIN_WAL_BYTES
+    return bound_for_free(st.f_bavail * st.f_frsize)
 
 
 def apply_policy(conn: sqlite3.Connection) -> None:
     """On a new connection, before the ledger's tables exist: page size (a new file only),
-    then the WAL's bounds (the caller switches to WAL)."""
+    then the WAL's smallest bounds (the caller switches to WAL, then sets the bound the free
+    space allows with :func:`set_wal_bound`)."""
     conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a no-op on a database that exists already
     conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
     conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
+
+
+def set_wal_bound(conn: sqlite3.Connection, bound_bytes: int) -> None:
+    """``wal_autocheckpoint`` (in pages of this file's size) and ``journal_size_limit`` at ``bound_bytes``."""
+    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.execute(f"PRAGMA wal_autocheckpoint={max(1, bound_bytes // int(page_size))}")
+    conn.execute(f"PRAGMA journal_size_limit={bound_bytes}")
 
 
 def after_outage(conn: sqlite3.Connection) -> tuple[int, int, int]:

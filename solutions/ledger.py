@@ -227,6 +227,8 @@ class Ledger:
         self._busy_ms = busy_timeout_ms
         self._opened = False  # once opened, a reconnect must find the file (see _connect)
         self._wide_claims = False  # an older ledger's applied_events copies msg_id, consumer and time
+        self._wal_bound = 0  # bytes: see solutions.checkpoints
+        self._commits = 0
 
     def open(self, *, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Ledger:
         """Create the file and the tables and switch to WAL (idempotent).
@@ -274,6 +276,8 @@ class Ledger:
             raise
         self._opened = True
         self._wide_claims = "msg_id" in columns
+        self._wal_bound = 0
+        self._review_wal_bound(conn)
         return conn
 
     def close(self) -> None:
@@ -364,6 +368,9 @@ class Ledger:
                 except BaseException:
                     self._end_failed(db)
                     raise
+                self._commits += 1
+                if self._commits >= checkpoints.REVIEW_EVERY_COMMITS:
+                    self._review_wal_bound(db)
             except sqlite3.Error as exc:
                 fault = fault_of(exc)
                 if fault is None:
@@ -373,6 +380,21 @@ class Ledger:
                     self._drop()
                 raise LedgerUnavailable(fault, exc, reopened=reopen) from exc
         return result
+
+    def _review_wal_bound(self, db: sqlite3.Connection) -> None:
+        """The WAL's bound for the free space there is now (:func:`solutions.checkpoints.wal_bound_bytes`).
+        Runs after a commit: it never raises (the charges are in)."""
+        self._commits = 0
+        bound = checkpoints.wal_bound_bytes(self.path.absolute().parent)
+        if bound == self._wal_bound:
+            return
+        try:
+            checkpoints.set_wal_bound(db, bound)
+        except sqlite3.Error as exc:
+            log.debug("could not set the WAL bound to %s bytes: %s", bound, describe_sqlite(exc))
+            return
+        log.debug("WAL bound: %s bytes", bound)
+        self._wal_bound = bound
 
     def _end_failed(self, db: sqlite3.Connection) -> None:
         """Roll back, unless SQLite did already (a full disk, an I/O error): a second ROLLBACK

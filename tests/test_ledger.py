@@ -186,24 +186,42 @@ def test_one_charge_alone_costs_about_three_kilobytes_of_wal(tmp_path: Path) -> 
 
 def test_the_wal_stays_bounded_under_a_steady_stream_of_commits(tmp_path: Path) -> None:
     """The commit past wal_autocheckpoint checkpoints and the WAL is reused from its start, so
-    it never holds much more than the bound plus one batch: a nearly full disk can take it."""
-    from solutions.checkpoints import JOURNAL_SIZE_LIMIT_BYTES, PAGE_SIZE, WAL_AUTOCHECKPOINT_PAGES
+    it never holds much more than the bound (what the free space allows) plus one batch."""
+    from solutions.checkpoints import PAGE_SIZE, wal_bound_bytes
 
     path = tmp_path / "l.sqlite3"
     ledger = Ledger(path).open()
     peak = 0
     try:
-        for start in range(0, 20_000, 100):
+        for start in range(0, 60_000, 100):
             ledger.write(_hundred(start), once=True)
             peak = max(peak, _wal_bytes(path))
-        assert ledger.total_charges() == 20_000
+        assert ledger.total_charges() == 60_000
+        with sqlite3.connect(path) as db:
+            limit = db.execute("PRAGMA journal_size_limit").fetchone()[0]  # per connection: ours is not
+        db.close()
     finally:
         ledger.close()
-    bound = WAL_AUTOCHECKPOINT_PAGES * (PAGE_SIZE + 24)
+    bound_bytes = wal_bound_bytes(tmp_path)
+    bound = bound_bytes // PAGE_SIZE * (PAGE_SIZE + 24)  # frames of a page and a 24-byte header
     assert peak <= bound + 200 * (PAGE_SIZE + 24), f"the WAL reached {peak} bytes"  # bound + one batch's pages
-    assert bound + PAGE_SIZE >= JOURNAL_SIZE_LIMIT_BYTES
-    assert path.stat().st_size > 2 * peak  # the charges are in the database, not in the WAL
+    assert peak > bound_bytes // 2, f"the WAL never came near its bound of {bound_bytes} bytes"
+    assert limit == -1  # a connection of someone else's keeps SQLite's default
     assert not Path(f"{path}-wal").exists()  # the last connection to close checkpointed the rest
+
+
+@pytest.mark.parametrize(
+    ("free_bytes", "bound_bytes"),
+    [(0, 512 * 1024), (900_000, 512 * 1024), (8 * 1024 * 1024, 1024 * 1024), (10**12, 4 * 1024 * 1024)],
+)
+def test_the_wal_bound_is_an_eighth_of_the_free_space_between_512_kib_and_4_mib(
+    free_bytes: int, bound_bytes: int
+) -> None:
+    """A nearly full disk keeps the 512 KiB that tests/test_store_small_disk.py frees room for;
+    a roomy one gets fewer checkpoints (each fsyncs twice)."""
+    from solutions.checkpoints import bound_for_free
+
+    assert bound_for_free(free_bytes) == bound_bytes
 
 
 def test_a_probe_that_commits_copies_the_wal_back_and_cuts_it_to_zero(tmp_path: Path) -> None:
@@ -219,7 +237,7 @@ def test_a_probe_that_commits_copies_the_wal_back_and_cuts_it_to_zero(tmp_path: 
         for start in range(0, 6_000, 100):
             ledger.write(_hundred(start), once=True)
         reader.rollback()
-        assert _wal_bytes(path) > JOURNAL_SIZE_LIMIT_BYTES  # past the bound: it could not be checkpointed
+        assert _wal_bytes(path) > JOURNAL_SIZE_LIMIT_BYTES  # long: no checkpoint could finish
         ledger.probe()
         assert _wal_bytes(path) == 0
         assert ledger.total_charges() == 6_000
