@@ -55,6 +55,13 @@ from the charges just inserted (one ``INSERT OR IGNORE ... SELECT``: nothing bou
 the next read is already on its way while a batch is worked on (``has_room`` in
 :func:`solutions.stream_part.build_part`).
 From 60.7k to 40.8k instructions a message with ``none``, 77.7k to 52.2k with ``sqlite``.
+Then, measured on the ``billing-worker`` process (CPU per message from ``/proc``, and A/B runs
+of the process against the same Redis): the reader's XREADGROUP and the XACK of charged runs
+skip redis-py's per-command work (:class:`~solutions.connection.Direct`: 5.4 to 4.9 us with
+``none``); a commit with nothing else on its way runs in its run's task (``now`` in
+:class:`~solutions.batching.Coalescer`); ``applied_events`` holds the key alone and the claim
+needs no savepoint (:mod:`solutions.ledger`); the WAL bound follows the free space, so a
+roomy disk checkpoints (and fsyncs) an eighth as often (:mod:`solutions.checkpoints`).
 """
 
 from __future__ import annotations

@@ -44,8 +44,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL,
     order_id TEXT NOT NULL, amount TEXT NOT NULL, msg_id TEXT NOT NULL, consumer TEXT NOT NULL,
     charged_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS applied_events (event_id TEXT PRIMARY KEY, msg_id TEXT NOT NULL,
-    consumer TEXT NOT NULL, applied_at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS applied_events (event_id TEXT PRIMARY KEY) WITHOUT ROWID;
 """
 # XACK the original; only if it was still pending, XADD its dead letter (one atomic step).
 DEAD_LETTER_LUA = """

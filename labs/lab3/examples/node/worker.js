@@ -50,13 +50,12 @@ db.pragma("journal_mode = WAL");
 db.exec(`
 CREATE TABLE IF NOT EXISTS charges (id INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL,
   order_id TEXT NOT NULL, amount TEXT NOT NULL, msg_id TEXT NOT NULL, consumer TEXT NOT NULL, charged_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS applied_events (event_id TEXT PRIMARY KEY, msg_id TEXT NOT NULL,
-  consumer TEXT NOT NULL, applied_at REAL NOT NULL) WITHOUT ROWID;`);
+CREATE TABLE IF NOT EXISTS applied_events (event_id TEXT PRIMARY KEY) WITHOUT ROWID;`);
 const insertCharge = db.prepare("INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES (?,?,?,?,?,?)");
-const claimEvent = db.prepare("INSERT OR IGNORE INTO applied_events VALUES (?,?,?,?)");
+const claimEvent = db.prepare("INSERT OR IGNORE INTO applied_events(event_id) VALUES (?)");
 const chargeOnce = db.transaction((id, f) => {
   const now = Date.now() / 1000;
-  if (a.dedupe !== "sqlite" || claimEvent.run(f.event_id, id, a.consumer, now).changes === 1) {
+  if (a.dedupe !== "sqlite" || claimEvent.run(f.event_id).changes === 1) {
     insertCharge.run(f.event_id, f.order_id, f.amount, id, a.consumer, now);
   }
 });
