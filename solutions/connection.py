@@ -129,18 +129,20 @@ class Direct:
     - one command at a time on the held connection: a call that comes while another is on its
       way (two coalescers acking at once) goes through ``execute_command``.
 
-    Only for a plain :class:`redis.asyncio.Redis` (a cluster client routes by key: it keeps
-    ``execute_command``).
+    Only for a client whose ``execute_command`` is redis-py's own: a client that does more
+    there (a shard's client follows MOVED and ASK and backs off through a failover, see
+    :class:`solutions.cluster_router.ShardClient`) keeps every command going through it.
     """
 
     def __init__(self, client: Client) -> None:
         self.client = client
         self._conn: Connection | None = None
         self._busy = False
+        self.enabled = type(client).execute_command is aioredis.Redis.execute_command
 
     async def call(self, *args: Any) -> Any:
         """The reply to ``args``, as ``client.execute_command(*args)`` without response callbacks."""
-        if self._busy or not isinstance(self.client, aioredis.Redis):
+        if self._busy or not self.enabled:
             return await self.client.execute_command(*args)  # type: ignore[no-untyped-call]
         self._busy = True
         try:

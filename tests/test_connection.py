@@ -178,6 +178,31 @@ def test_direct_keeps_one_connection_and_answers_as_the_client_does(redis_url: s
     assert out["same"] and out["kept"] and out["killed"] == 1 and out["new_id"]
 
 
+def test_direct_leaves_a_client_with_its_own_execute_command_to_it(redis_url: str, key_prefix: str) -> None:
+    """A shard's client follows MOVED and ASK in its execute_command: Direct must not go around it."""
+    from solutions.cluster_router import ShardClient
+
+    class Counting(redis.asyncio.Redis):
+        calls = 0
+
+        async def execute_command(self, *args: Any, **options: Any) -> Any:
+            Counting.calls += 1
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+    async def scenario() -> tuple[bool, bool, int, Any]:
+        client = Counting.from_url(redis_url)
+        try:
+            direct = Direct(client)
+            reply = await direct.call("INCR", f"{key_prefix}routed")
+            return direct.enabled, Direct(connect(redis_url=redis_url)).enabled, Counting.calls, reply
+        finally:
+            await client.aclose()
+
+    assert ShardClient.execute_command is not redis.asyncio.Redis.execute_command
+    enabled, plain_enabled, calls, reply = asyncio.run(scenario())
+    assert not enabled and plain_enabled and calls == 1 and reply == 1
+
+
 def test_describe_names_the_error_and_its_reason() -> None:
     exc = ConnectionError("Error 111 connecting to 127.0.0.1:1.\nConnection refused.")
     assert describe(exc) == "ConnectionError: Error 111 connecting to 127.0.0.1:1. Connection refused."
