@@ -119,29 +119,35 @@ def _execute_rows(
     db: sqlite3.Connection, sql_for: Callable[[int], str], shared: Sequence[str | float],
     params: Sequence[str | float], width: int,
 ) -> list[Any]:
+    """The rows that :func:`_statements` returned."""
+    return [row for cursor in _statements(db, sql_for, shared, params, width) for row in cursor]
+
+
+def _statements(
+    db: sqlite3.Connection, sql_for: Callable[[int], str], shared: Sequence[str | float],
+    params: Sequence[str | float], width: int,
+) -> Iterator[sqlite3.Cursor]:
     """Run ``sql_for(rows)`` over flat ``params`` (``width`` per row), at most
     :data:`ROWS_PER_STATEMENT` rows a statement, each statement with the ``shared`` parameters
-    first (``?1``, ``?2``); returns the rows the statements returned."""
+    first (``?1``, ``?2``); each statement's cursor."""
     step = ROWS_PER_STATEMENT * width
-    out: list[Any] = []
     for start in range(0, len(params), step):
         part = params[start : start + step]
-        out += db.execute(sql_for(len(part) // width), [*shared, *part])
-    return out
+        yield db.execute(sql_for(len(part) // width), [*shared, *part])
+
+
+def _insert_charges(db: sqlite3.Connection, consumer: str, rows: Sequence[str], now: float) -> int | None:
+    """Charges (:data:`WIDTH` values each) into ``charges``; the rowid of the first, None if
+    there were none (a rowid table hands out max(rowid) + 1, row by row)."""
+    first: int | None = None
+    for cursor in _statements(db, _insert_sql, (consumer, now), rows, WIDTH):
+        if first is None:
+            first = (cursor.lastrowid or 0) - cursor.rowcount + 1
+    return first
 
 
 class _NotAllNew(Exception):
     """A batch with an event applied before, or twice: the transaction is rolled back."""
-
-
-def _insert_rows(db: sqlite3.Connection, consumer: str, now: float, params: Sequence[str]) -> tuple[int, int]:
-    """:func:`_execute_rows` for charges: the last rowid given out and how many rows."""
-    step = ROWS_PER_STATEMENT * WIDTH
-    last_id = 0
-    for start in range(0, len(params), step):
-        part = params[start : start + step]
-        last_id = db.execute(_insert_sql(len(part) // WIDTH), [consumer, now, *part]).lastrowid or 0
-    return last_id, len(params) // WIDTH
 
 
 def _probe_write(db: sqlite3.Connection, now: float) -> None:
@@ -323,7 +329,7 @@ class Ledger:
     def _insert(db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
         """``once`` off: every charge inserted."""
         for batch in batches:
-            _execute_rows(db, _insert_sql, (batch.consumer, now), batch.rows, WIDTH)
+            _insert_charges(db, batch.consumer, batch.rows, now)
         return [True] * sum(map(len, batches))
 
     def _claim_each(self, db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
@@ -335,7 +341,7 @@ class Ledger:
             end = start + len(batch)
             mine = applied[start:end]
             rows = batch.rows if all(mine) else batch.only(mine).rows
-            _execute_rows(db, _insert_sql, (batch.consumer, now), rows, WIDTH)
+            _insert_charges(db, batch.consumer, rows, now)
             start = end
         return applied
 
@@ -428,9 +434,8 @@ class Ledger:
             raise _NotAllNew
         first_id: int | None = None
         for batch in batches:
-            last_id, rows = _insert_rows(db, batch.consumer, now, batch.rows)
-            if first_id is None and rows:
-                first_id = last_id - rows + 1  # a rowid table hands out max(rowid) + 1, row by row
+            first = _insert_charges(db, batch.consumer, batch.rows, now)
+            first_id = first if first_id is None else first_id
         before = db.total_changes
         db.execute(WIDE_CLAIM_INSERTED if self._wide_claims else CLAIM_INSERTED, ((first_id or 1) - 1,))
         if db.total_changes - before != len(keys):

@@ -30,11 +30,12 @@ overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth
 
 Steps 3, 5 and 6 are batched across the runs in hand (:class:`~solutions.batching.Coalescer`):
 one script call, one transaction, one XACK for all of them. A commit that finds nothing else
-on its way and the ledger free runs in the run's own task (``now``: no task of its own). :meth:`Pipeline.settle` waits
-for those flushes at shutdown. A run that the drain deadline cancels after its marks were set
-(``redis``, ``redis-2phase``) undoes them: in the work at once, in the dedupe check or the
-commit once their flush has answered (the flush goes on without the run); a mark left behind
-would make the redelivery a duplicate, acked and never charged. Every XACK goes through
+on its way and the ledger free runs in the run's own task (``now``: no task of its own).
+:meth:`Pipeline.settle` waits for those flushes at shutdown. A run that the drain deadline
+cancels after its marks were set (``redis``, ``redis-2phase``) undoes them: in the work at
+once, in the dedupe check or the commit once their flush has answered (the flush goes on
+without the run); a mark left behind would make the redelivery a duplicate, acked and never
+charged. Every XACK goes through
 :class:`~solutions.acks.Acks`.
 Nothing here raises on a failure of Redis, the store or the handler: every outcome is
 counted, logged (a failure that lasts as one line when it starts, a summary now and then, and
