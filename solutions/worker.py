@@ -1,12 +1,12 @@
 """The worker: the parts of a stream (a reader, a rescuer and the message pipeline each) on a site.
 
-``await Worker(settings).run()`` runs until :meth:`Worker.request_stop` (or, with
-``handle_signals=True``, SIGINT/SIGTERM). Then it stops reading and claiming, lets the
-in-flight handlers finish within ``drain_timeout_s``, waits for the commits and XACKs on
-their way (:meth:`~solutions.pipeline.Pipeline.settle`), never acks what was not done, logs one
-line with ``drain complete`` and the counts (and the ids left pending if the deadline hit),
-and returns a :class:`Summary`. Signal handling is opt-in so that the same worker runs as
-asyncio tasks inside a notebook. The run and the drain are :class:`~solutions.lifecycle.Lifecycle`'s.
+``await Worker(settings).run()`` opens the site, starts every part and runs until
+:meth:`Worker.request_stop` (or, with ``handle_signals=True``, SIGINT/SIGTERM). Then it drains
+(:func:`solutions.drain.drain`: stop reading and claiming, let the in-flight handlers finish
+within ``drain_timeout_s``, wait for the commits and XACKs on their way, never ack what was not
+done, log one line with ``drain complete`` and the counts) and returns a
+:class:`~solutions.drain.Summary`. Signal handling is opt-in so that the same worker runs as
+asyncio tasks inside a notebook.
 
 Where the stream lives is the :class:`~solutions.site.Site`'s business: one stream by URL or
 Sentinel (:class:`~solutions.site.StreamSite`, the default), or the shards of a stream on Redis
@@ -19,17 +19,21 @@ own, and shares the handler's settings, the ledger and the store's breaker betwe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import signal
+import threading
 from collections.abc import Callable
 
-from solutions.connection import Client, describe
+from solutions.connection import REDIS_ERRORS, Client, describe
+from solutions.drain import SETTLE_MARGIN_S, Summary, drain, settle_s
 from solutions.handler import Handler, billing_handler
 from solutions.ledger import Ledger
-from solutions.lifecycle import SETTLE_MARGIN_S, Lifecycle, Summary
 from solutions.metrics import EveryPart, Metrics, Snapshot, WorkerMetrics, format_gauge, part_metrics
 from solutions.pipeline import Pipeline
 from solutions.pool import Pool
-from solutions.reader import Reader
+from solutions.reader import Reader, ensure_group
 from solutions.rescuer import Rescuer
 from solutions.settings import Settings
 from solutions.site import Place, Site, StreamSite
@@ -43,7 +47,7 @@ __all__ = ["SETTLE_MARGIN_S", "HandlerFactory", "Summary", "Worker", "backlog"]
 HandlerFactory = Callable[[Settings], Handler]
 
 
-class Worker(Lifecycle):
+class Worker:
     """One consumer of ``settings.group`` on every part of ``settings.stream`` its site names."""
 
     def __init__(
@@ -58,7 +62,8 @@ class Worker(Lifecycle):
     ) -> None:
         if site is None and settings.cluster:
             raise ValueError("settings.cluster is set: pass site=solutions.cluster_site.ClusterSite(settings)")
-        super().__init__(settings, ledger)
+        self.settings = settings
+        self.ledger = ledger or Ledger(settings.ledger, busy_timeout_ms=settings.ledger_busy_timeout_ms)
         if handler is not None:
             self.handler_factory: HandlerFactory = lambda _settings: handler
         else:
@@ -68,6 +73,12 @@ class Worker(Lifecycle):
         # A plain stream's metrics and pool exist before the run (a notebook reads them at once).
         self.metrics = WorkerMetrics({} if settings.cluster else {settings.stream: self._part_metrics(settings, None)})
         self._first_pool = Pool(settings.parallelism)
+        self.started = threading.Event()
+        self.breaker: StoreBreaker | None = None
+        self.summary: Summary | None = None
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested = False
 
     def _part_metrics(self, settings: Settings, shard_index: int | None) -> Metrics:
         s = self.settings
@@ -85,6 +96,7 @@ class Worker(Lifecycle):
         return self.metrics.snapshots()
 
     def stream_parts(self) -> list[StreamPart]:
+        """The parts started so far."""
         return list(self.parts)
 
     @property
@@ -108,13 +120,79 @@ class Worker(Lifecycle):
     def pipeline(self) -> Pipeline | None:
         return self.part.pipeline if self.part else None
 
-    def _metrics_line(self) -> str:
-        return self.metrics.line()
+    # -- control ---------------------------------------------------------------------------
 
-    # -- the hooks of the run ------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Ask the worker to drain and stop (safe from another thread or a signal handler)."""
+        self._stop_requested = True
+        if self._loop is None or self._stop is None or self._loop.is_closed():
+            return  # run() has not started yet: it will see the flag and stop at once
+        self._loop.call_soon_threadsafe(self._stop_now, self._stop)
 
-    async def _open(self, stop: asyncio.Event) -> bool:
-        return await self.site.open(stop)
+    def _stop_now(self, stop: asyncio.Event) -> None:
+        stop.set()
+        for part in self.parts:
+            part.pool.wake()  # a reader or rescuer waiting for room sees the stop
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        if self._stop_requested:  # a second signal (or one sent to the process and its group): one line, no restart
+            log.info("%s again (pid %s): already draining", name, os.getpid())
+            return
+        log.info("received %s (pid %s): stop reading and drain (up to %ss)", name, os.getpid(),
+                 self.settings.drain_timeout_s)
+        self.request_stop()
+
+    # -- run -------------------------------------------------------------------------------
+
+    async def run(self, *, handle_signals: bool = False) -> Summary:
+        """Run until asked to stop, then drain; returns the summary (never raises on Redis errors)."""
+        self._loop = asyncio.get_running_loop()
+        self._stop = stop = asyncio.Event()
+        if self._stop_requested:
+            stop.set()
+        if handle_signals:
+            self._install_signals(self._loop)
+        try:
+            if not await self.site.open(stop):
+                log.info("drain complete: asked to stop before Redis answered; nothing was read")
+                self.summary = Summary(self.counts)
+                await self._close()
+                return self.summary
+            await asyncio.to_thread(self.ledger.open)
+            tasks = await self._start(stop)
+        except BaseException:
+            await self._close()
+            raise
+        self.started.set()
+        try:
+            await stop.wait()
+        finally:
+            self.summary = summary = await drain(
+                tasks,
+                list(self.parts),
+                drain_timeout_s=self.settings.drain_timeout_s,
+                settle_timeout_s=settle_s(self.ledger.busy_timeout_ms),
+                breaker=self.breaker,
+                counts=lambda: self.counts,
+            )
+            await self._close()
+        return summary
+
+    async def _close(self) -> None:
+        """Close the site's clients, then the ledger (its last checkpoint).
+
+        The signal handlers stay until the loop closes (asyncio.run removes them): a signal
+        that arrives after the drain, such as a second SIGTERM sent to the process group, is
+        logged by :meth:`_on_signal` instead of killing the process on its way out with -15.
+        """
+        await self.site.aclose()
+        await asyncio.to_thread(self.ledger.close)
 
     async def _start(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
         """Build a part per place, start their readers and rescuers, the site's watchers and the metrics loop."""
@@ -122,7 +200,8 @@ class Worker(Lifecycle):
         known = self.metrics.parts
         metrics = {p.name: known.get(p.name) or self._part_metrics(p.settings, p.shard_index) for p in places}
         self.metrics = WorkerMetrics(metrics)
-        breaker = self._new_breaker(EveryPart(list(metrics.values())), self._backlog)
+        self.breaker = breaker = StoreBreaker(self._probe_ledger, EveryPart(list(metrics.values())),
+                                              backlog=self._backlog)
         pools = [self._first_pool, *(Pool(s.parallelism) for _ in places[1:])]
         self.parts = [self._build(place, metrics[place.name], pool, breaker)
                       for place, pool in zip(places, pools, strict=True)]
@@ -143,11 +222,18 @@ class Worker(Lifecycle):
                           ledger=self.ledger, metrics=metrics, pool=pool, breaker=breaker,
                           reader_class=place.reader_class)
 
-    async def _close(self) -> None:
-        # The signal handlers stay until the loop closes (asyncio.run removes them): a signal
-        # that arrives after the drain, such as a second SIGTERM sent to the process group, is
-        # logged by _on_signal instead of killing the process on its way out with -15.
-        await self.site.aclose()
+    async def _start_part(self, part: StreamPart, stop: asyncio.Event, tag: str = "") -> list[asyncio.Task[None]]:
+        """Create ``part``'s group if need be (its Redis may be down: the reader recovers later),
+        and start its reader and, unless ``--no-rescuer``, its rescuer; their tasks."""
+        with contextlib.suppress(*REDIS_ERRORS):
+            await ensure_group(part.client, part.name, part.settings.group)
+        tasks = [asyncio.create_task(part.reader.run(stop), name=f"reader{tag}")]
+        if self.settings.rescuer:
+            tasks.append(asyncio.create_task(part.rescuer.run(stop), name=f"rescuer{tag}"))
+        return tasks
+
+    async def _probe_ledger(self) -> None:
+        await asyncio.to_thread(self.ledger.probe)
 
     async def _backlog(self) -> str:
         """What waits for the group, for the log line of a store that is back."""
@@ -157,6 +243,22 @@ class Worker(Lifecycle):
         total = self.metrics.total()
         # one shard's unknown lag makes the total unknown ("?")
         return f"the shards have {format_gauge(total.pending)} pending and {format_gauge(total.group_lag)} not yet read"
+
+    # -- gauges ----------------------------------------------------------------------------
+
+    async def _metrics_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.settings.metrics_interval_s)
+            if stop.is_set():
+                return
+            try:
+                await self._refresh_gauges()
+            except REDIS_ERRORS as exc:
+                log.warning("metrics refresh failed: %s", describe(exc))
+            except Exception as exc:  # a bug: said with its traceback; the worker goes on
+                log.error("metrics refresh raised %s", describe(exc), exc_info=exc)
+            log.info("metrics %s", self.metrics.line())
 
     async def _refresh_gauges(self) -> None:
         """Every part's gauges. A plain stream's errors go to the metrics loop's log line; on a

@@ -40,10 +40,10 @@ from labs.experiments.cluster_load import (
 )
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.reshard import move_slot
-from labs.polling import until
+from labs.polling import wait_until_async
 from solutions.cluster_router import ClusterRouter
 from solutions.cluster_site import ClusterSite
-from solutions.lifecycle import drain_bound_s
+from solutions.drain import drain_bound_s
 from solutions.settings import Address, Settings
 from solutions.shards import ShardSet, ensure_shards, shard_of, slot_of
 from solutions.worker import Worker
@@ -228,7 +228,7 @@ async def _under_load(
             writing = asyncio.create_task(writers.run(stop))
             await asyncio.sleep(before_s)
             if min_sent:  # the writers share this loop with the worker: a starved machine sends fewer in before_s
-                await until(lambda: len(writers.sent) >= min_sent, WRITE_TIMEOUT_S, f"{min_sent} events sent")
+                await wait_until_async(lambda: len(writers.sent) >= min_sent, WRITE_TIMEOUT_S, f"{min_sent} events sent")
             fault_at = time.time()
             old, new, fault_s, detail = await fault(router, shard_set) if fault else (0, 0, 0.0, {})
             await asyncio.sleep(after_s)
