@@ -3,11 +3,28 @@
 ``SENTINEL FAILOVER`` (what ``make failover`` sends) promotes the replica with ``REPLICAOF NO
 ONE`` while the old master keeps running as a master. Sentinel announces the new master
 (``+switch-master`` on its Pub/Sub) about a second later, but it reconfigures the old master
-(``+convert-to-slave``: ``REPLICAOF`` plus ``CLIENT KILL TYPE normal``) only once that server
-has reported itself a master for more than 8 s (``SENTINEL_PUBLISH_PERIOD * 4`` in
-``sentinel.c``), checked on its INFO refresh, which comes every 10 s for a replica: about
-10 s after the switch. Every write the old master acknowledges meanwhile is lost when it
-resyncs from the new master.
+(``+convert-to-slave``: ``REPLICAOF`` plus ``CLIENT KILL TYPE normal``) only later. Redis 7.0's
+``src/sentinel.c`` decides so:
+
+- at ``+switch-master`` (``sentinelResetMasterAndChangeAddress``, right after the event) each
+  sentinel drops its instances and creates the old master's address anew as a *replica*, with a
+  new link and ``info_refresh = 0``, so it is sent ``INFO`` at once;
+- ``sentinelRefreshInstanceInfo`` runs on every ``INFO`` reply. The first one says ``role:master``
+  where the sentinel expects a replica, so it sets ``role_reported_time`` to now: the clock
+  starts at that reply, after the sentinel's own ``+switch-master``;
+- on a later reply the "slave -> master" branch sends ``REPLICAOF`` only when the server has
+  claimed the master role for more than ``sentinel_publish_period * 4`` = 8 s
+  (:data:`SENTINEL_RECONFIG_WAIT_S`; "to receive new configs if any"), the sentinel is not in
+  TILT, the new master looks sane and neither instance was down for those 8 s;
+- ``INFO`` goes to a replica every ``sentinel_info_period`` = 10 s (every 1 s only while its
+  master is down or failing over), so the reply that passes the check is the second, about
+  10 s after the switch.
+
+So on the converting sentinel's own clock ``+convert-to-slave`` comes more than 8 s after its
+``+switch-master``, whatever the load: a loaded machine (or TILT, which skips the acting half
+for 30 s) only makes it later. A Pub/Sub listener's sights can be late by seconds on a loaded
+machine, so that wait is read from the sentinels' logs (:mod:`labs.experiments.sentinel_log`).
+Every write the old master acknowledges meanwhile is lost when it resyncs from the new master.
 
 How much a client writes into that window depends on the client, not on Redis:
 
@@ -28,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -37,16 +55,21 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel
 
+from labs.experiments import sentinel_log
 from labs.launcher.errors import LauncherError
-from labs.launcher.sentinel import MASTER_NAME, ask_failover
+from labs.launcher.process import command
+from labs.launcher.sentinel import MASTER_NAME, ask_failover, pairs
 from labs.launcher.topology import Address, Topology
+from labs.polling import poll_value_async
 from solutions.cancelling import cancel_and_wait
 from solutions.failover_watch import FailoverWatch
 
 log = logging.getLogger(__name__)
 
 EVENTS = ("+promoted-slave", "+switch-master", "+convert-to-slave")
-SENTINEL_RECONFIG_WAIT_S = 8.0  # sentinel.c: a "replica" reporting role master is fixed after > 4 x 2 s
+SENTINEL_PUBLISH_PERIOD_S = 2.0  # sentinel.c: sentinel_publish_period (hello messages)
+SENTINEL_INFO_PERIOD_S = 10.0  # sentinel.c: sentinel_info_period, INFO to a replica whose master is up
+SENTINEL_RECONFIG_WAIT_S = 4 * SENTINEL_PUBLISH_PERIOD_S  # sentinelRefreshInstanceInfo: a "replica" claiming master
 SOCKET_TIMEOUT_S = 2.0
 BACKGROUND_STOP_TIMEOUT_S = 5.0  # the event listeners and the watch (solutions.cancelling)
 # ~10 s is the rule (8 s, checked on a 10 s INFO); a sentinel starved for over 2 s stops acting for 30 s (TILT)
@@ -71,6 +94,12 @@ class WriterRun:
         """From the failover request to the last write the old master acknowledged and lost."""
         return max(self.lost_at, default=0.0)
 
+    def longest_pause_s(self, after_s: float) -> float:
+        """The longest time between two consecutive writes (acknowledged or failed) from ``after_s`` on:
+        how late a write can come after a moment it was due at (a starved event loop stretches it)."""
+        ticks = sorted(t for t, _ in (*self.acknowledged, *self.errors) if t >= after_s)
+        return max((b - a for a, b in itertools.pairwise(ticks)), default=0.0)
+
 
 @dataclass(frozen=True)
 class GracefulWindow:
@@ -84,6 +113,9 @@ class GracefulWindow:
     plain: WriterRun
     watched: WriterRun
     interval_ms: int = field(default=50)
+    # each sentinel's events as its log stamps them (its own clock), s from the request: {port: {event: s}}
+    logged: dict[int, dict[str, float]] = field(default_factory=dict)
+    sentinels_state: str = ""  # each sentinel's TILT flag and master, read after the demotion
 
     @property
     def events(self) -> dict[str, float]:
@@ -96,14 +128,53 @@ class GracefulWindow:
 
     @property
     def reconfig_wait_s(self) -> float:
-        """Sentinel's own wait, on the sentinel that reconfigured the old master: from its ``+switch-master``
-        (when it made the old master a "replica" to watch) to its ``+convert-to-slave``. Measured on one
-        sentinel: the first ``+switch-master`` on any is up to a hello period (2 s) ahead of the others'."""
-        waits = [seen["+convert-to-slave"] - seen["+switch-master"] for seen in self.by_sentinel.values()
-                 if "+convert-to-slave" in seen and "+switch-master" in seen]
-        if not waits:
-            raise ValueError(f"no sentinel was seen both switching and converting: {self.by_sentinel}")
-        return min(waits)
+        """Sentinel's own wait, on the sentinel that reconfigured the old master, on its own clock (its
+        log): from its ``+switch-master`` (when it made the old master a "replica" to watch) to its
+        ``+convert-to-slave``. More than :data:`SENTINEL_RECONFIG_WAIT_S` by construction (see above)."""
+        return _wait_s(self.logged, self)
+
+    @property
+    def seen_reconfig_wait_s(self) -> float:
+        """The same wait between the event listener's sights (late by however long its loop was busy)."""
+        return _wait_s(self.by_sentinel, self)
+
+    @property
+    def converted_s(self) -> float:
+        """When a sentinel converted the old master (its log, s from the request)."""
+        firsts = [seen["+convert-to-slave"] for seen in self.logged.values() if "+convert-to-slave" in seen]
+        if not firsts:
+            raise ValueError(f"no sentinel logged +convert-to-slave:\n{self.explain()}")
+        return min(firsts)
+
+    def explain(self) -> str:
+        """Everything the window's asserts depend on, one line each: the timers, each sentinel's
+        events as logged and as seen (s from the request), its TILT, and both clients' figures."""
+        lines = [f"timers (sentinel.c 7.0): convert after > {SENTINEL_RECONFIG_WAIT_S:g} s claiming master "
+                 f"(4 x publish period {SENTINEL_PUBLISH_PERIOD_S:g} s), checked on INFO every "
+                 f"{SENTINEL_INFO_PERIOD_S:g} s; TILT after a timer gap > 2 s stops acting for 30 s; "
+                 f"writers tick every {self.interval_ms} ms"]
+        for port in sorted({*self.logged, *self.by_sentinel}):
+            logged, seen = self.logged.get(port, {}), self.by_sentinel.get(port, {})
+            said = ", ".join(f"{event} logged {at:.3f}" + (f" seen {seen[event]:.3f}" if event in seen else "")
+                             for event, at in sorted(logged.items(), key=lambda item: item[1]))
+            unlogged = ", ".join(f"{e} seen {t:.3f} (not in the log)" for e, t in seen.items() if e not in logged)
+            lines.append(f"sentinel {port}: {said or 'nothing logged'}{'; ' + unlogged if unlogged else ''}")
+        lines.append(f"after the demotion: {self.sentinels_state or 'not read'}; old master role:slave at "
+                     f"{self.demoted_s:.3f} s")
+        for run in (self.plain, self.watched):
+            lines.append(f"{run.name}: {len(run.acknowledged)} acknowledged, {run.lost} lost, last lost at "
+                         f"{run.window_s:.3f} s, longest pause {run.longest_pause_s(0.0):.3f} s, "
+                         f"errors {[(round(t, 2), e) for t, e in run.errors][:5]}")
+        return "\n".join(lines)
+
+
+def _wait_s(sights: dict[int, dict[str, float]], window: GracefulWindow) -> float:
+    """``+convert-to-slave`` minus ``+switch-master`` on the sentinel that did both (the least, if more did)."""
+    waits = [seen["+convert-to-slave"] - seen["+switch-master"] for seen in sights.values()
+             if "+convert-to-slave" in seen and "+switch-master" in seen]
+    if not waits:
+        raise ValueError(f"no sentinel both switched and converted:\n{window.explain()}")
+    return min(waits)
 
 
 def plain_client(sentinels: tuple[Address, ...]) -> aioredis.Redis:
@@ -177,12 +248,9 @@ async def _listen_events(sentinels: tuple[Address, ...], by_sentinel: dict[int, 
 
 async def _poll(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> float:
     """Await ``check`` every 20 ms until true; the monotonic time it became true."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await check():
-            return time.monotonic()
-        await asyncio.sleep(0.02)
-    raise LauncherError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+    if not await poll_value_async(check, bool, timeout_s, 0.02):
+        raise LauncherError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+    return time.monotonic()
 
 
 async def graceful_window(
@@ -206,7 +274,7 @@ async def graceful_window(
     try:
         await _poll(lambda: _started(watch, writers, listening, len(sentinels)), 10,
                     "the writers, the watch and the event listeners to start")
-        started = time.monotonic()
+        started, started_wall = time.monotonic(), time.time()
         await asyncio.to_thread(ask_failover, topology.sentinels, started + timeout_s)
         try:
             demoted = await _poll(lambda: _role_is(old_probe, "slave"), DEMOTE_TIMEOUT_S,
@@ -229,19 +297,25 @@ async def graceful_window(
     window = GracefulWindow(
         old, new, {port: {k: v - started for k, v in seen.items()} for port, seen in by_sentinel.items()},
         demoted - started, plain, watched, interval_ms,
+        {proc.port: sentinel_log.first_sights(sentinel_log.read_events(proc.logfile, started_wall), started_wall)
+         for proc in topology.sentinels},
+        await asyncio.to_thread(_sentinels_state, topology),
     )
     log.info("graceful failover %s -> %s: %s", old, new, window)
     return window
 
 
 def _sentinels_state(topology: Topology) -> str:
-    """Each sentinel's TILT flag and the master it names, for an error message."""
+    """Each sentinel's TILT flag, the master it names and its configured timers, for an error message."""
     said = []
     for proc in topology.sentinels:
         try:
             with contextlib.closing(proc.client()) as client:
                 info = client.info("sentinel")
-                said.append(f"{proc.name}: tilt {info.get('sentinel_tilt')}, {info.get('master0')}")
+                master = pairs(command(client, "SENTINEL", "MASTER", MASTER_NAME))
+                said.append(f"{proc.name}: tilt {info.get('sentinel_tilt')}, {info.get('master0')}, "
+                            f"down-after {master.get('down-after-milliseconds')} ms, "
+                            f"failover-timeout {master.get('failover-timeout')} ms")
         except redis.RedisError as exc:
             said.append(f"{proc.name}: {exc}")
     return "; ".join(said)
