@@ -147,9 +147,15 @@ lint: setup ## ruff and mypy
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/mypy
 
+SUITE = $(VENV)/bin/pytest -p no:cacheprovider -rs --durations=10 -n $(TEST_WORKERS) --dist loadfile tests $(NOTEBOOKS) \
+	$(if $(NOTEBOOKS),--nbval-lax --nbval-current-env --nbval-cell-timeout=120) $(PYTEST_ARGS)
+
 test: lint ## the whole suite: ruff, mypy, pytest and every notebook under nbval (TEST_WORKERS=0: one process)
-	@$(VENV)/bin/pytest -p no:cacheprovider -rs --durations=10 -n $(TEST_WORKERS) --dist loadfile tests $(NOTEBOOKS) \
-		$(if $(NOTEBOOKS),--nbval-lax --nbval-current-env --nbval-cell-timeout=120) $(PYTEST_ARGS)
+	@$(SUITE)
+
+.PHONY: test-noisy
+test-noisy: lint ## the whole suite while a busy loop holds one CPU, as on a shared CI machine (NOISE=--disk: a disk writer too)
+	@scripts/noisy-neighbour.sh $(NOISE) -- $(SUITE)
 
 clean: ## stop everything and remove .venv, .run and reports
 	@if [ -x $(PY) ]; then $(LAB) down || true; fi
