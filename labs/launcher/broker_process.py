@@ -4,6 +4,10 @@ Like :class:`labs.launcher.process.RedisProcess`: it runs in a session of its ow
 ``make up-rabbitmq``), is tracked by its pid file under ``.run/<broker>/``, and a pid file whose
 process is gone or is something else is stale. Stopping signals the whole process group, so a
 RabbitMQ node's ``erl_child_setup`` goes with it.
+
+Every start is also recorded in :mod:`labs.launcher.broker_registry` (so ``make down`` finds the
+process wherever its files are), and a process with an ``owner_pid`` gets that owner's
+:mod:`labs.launcher.reaper`, which stops it once the owner has exited by any means.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labs.launcher import broker_registry, reaper
 from labs.launcher.process import STOP_TIMEOUT_S, HomeFiles, Launch, launch, live_pid, signal_and_wait
 
 LOG_LINES = 8
@@ -41,6 +46,9 @@ class BrokerProcess(HomeFiles):
     home: Path
     marker: bytes
     extra_env: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    kind: str = ""  # rabbitmq | nats: how the registry files it (``make down rabbitmq``)
+    owner_pid: int | None = None  # stopped when this process exits (its reaper); None: outlives it
+    netns: str | None = None  # the network namespace it runs in (labs.launcher.netns), None: the host's
 
     def pid(self) -> int | None:
         """The pid from the pid file while that process runs; a stale file is removed."""
@@ -50,12 +58,19 @@ class BrokerProcess(HomeFiles):
         """Start ``argv`` with :attr:`extra_env` (a busy port names ``port_var``); wait until ``ready()``.
 
         The environment goes through ``env K=V ... argv``: ``env`` execs the command, so the pid
-        in the pid file is the broker's own.
+        in the pid file is the broker's own (under ``ip netns exec``, which execs too, in its namespace).
+        The pid is recorded in :mod:`labs.launcher.broker_registry`; with an ``owner_pid`` its reaper runs.
         """
         self.home.mkdir(parents=True, exist_ok=True)
         full = ["env", *(f"{k}={v}" for k, v in self.extra_env.items()), *argv]
+        if self.netns is not None:
+            full = ["ip", "netns", "exec", self.netns, *full]
         spec = Launch(self.name, self.port, port_var, tuple(full), self.home, self.pidfile, self.logfile, LOG_LINES)
-        return launch(spec, ready, probe, timeout_s)
+        if self.owner_pid is not None:
+            reaper.ensure(self.owner_pid)
+        pid = launch(spec, ready, probe, timeout_s)
+        broker_registry.record(self.kind or self.name, self.name, pid, self.pidfile, self.owner_pid)
+        return pid
 
     def kill(self, sig: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
         """Signal the process group and wait until the process is gone (SIGKILL after ``timeout_s``)."""
@@ -68,7 +83,9 @@ class BrokerProcess(HomeFiles):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)  # what is left of its group (erl_child_setup, inet_gethost)
         self.pidfile.unlink(missing_ok=True)
-        self._wait_port_closed(timeout_s)
+        broker_registry.forget(self.pidfile)
+        if self.netns is None:
+            self._wait_port_closed(timeout_s)
         return pid
 
     def _wait_port_closed(self, timeout_s: float) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from labs.launcher import brokers, monitoring_cli, netns, topologies
+from labs.launcher import broker_registry, brokers, monitoring_cli, netns, topologies
 from labs.launcher.errors import LauncherError
 from labs.launcher.ports import DEFAULTS
 from labs.launcher.topology import TOPOLOGIES, TopologyStatus, default_run_dir
@@ -112,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
         stopped += topologies.from_env(name).stop()
     for name in _broker_names(args.topology):
         stopped += brokers.from_env(name, default_run_dir()).stop()
+    # and those of comparisons and notebooks, wherever their files are (labs.launcher.broker_registry)
+    stopped += broker_registry.stop_registered(_broker_names(args.topology))
     console.print(f"stopped {len(stopped)} process(es)" + (f": pids {stopped}" if stopped else ""))
     if args.topology == "all" and (removed := netns.remove_registered()):
         console.print(f"removed {len(removed)} network namespace(s) left by partition runs of this checkout")

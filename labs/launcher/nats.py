@@ -72,12 +72,14 @@ class NatsCluster:
     route_ports: tuple[int, ...] = ()  # cluster routes; default: each client port + 1000
     servers: list[BrokerProcess] = field(default_factory=list)
     name: str = "nats"
+    owner_pid: int | None = None  # set: every server stops when that process exits (labs.launcher.reaper)
 
     def __post_init__(self) -> None:
         self.home = self.home.resolve()
         self.route_ports = self.route_ports or tuple(p + ROUTE_OFFSET for p in self.client_ports)
         self._route = dict(zip(self.client_ports, self.route_ports, strict=True))
-        self.servers = [BrokerProcess(f"nats-{p}", p, self.home, b"nats-server") for p in self.client_ports]
+        self.servers = [BrokerProcess(f"nats-{p}", p, self.home, b"nats-server", {}, "nats", self.owner_pid)
+                        for p in self.client_ports]
 
     @classmethod
     def from_env(cls, run_dir: Path) -> NatsCluster:
@@ -89,9 +91,14 @@ class NatsCluster:
         return cls(run_dir / "nats", picked)
 
     @classmethod
-    def on_free_ports(cls, run_dir: Path) -> NatsCluster:
+    def on_free_ports(cls, run_dir: Path, *, owner_pid: int | None = -1) -> NatsCluster:
+        """Client and route ports below the ephemeral range (tests, make compare, notebooks).
+
+        Its servers stop when ``owner_pid`` exits (default -1: the calling process; None: never).
+        """
         picked = ports.free_ports(6, ports.session_port_window())
-        return cls(Path(run_dir) / "nats", tuple(picked[:3]), tuple(picked[3:]))
+        owner = os.getpid() if owner_pid == -1 else owner_pid
+        return cls(Path(run_dir) / "nats", tuple(picked[:3]), tuple(picked[3:]), owner_pid=owner)
 
     @property
     def processes(self) -> list[BrokerProcess]:

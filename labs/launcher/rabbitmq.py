@@ -44,6 +44,9 @@ QUEUE = "orders"
 DELIVERY_LIMIT = 5
 NODE_START_TIMEOUT_S = 90.0
 CTL_TIMEOUT_S = 60.0
+# Erlang distribution (node to node, and rabbitmqctl to a node) on 127.0.0.1 only: kernel's
+# ``inet_dist_use_interface``, which RabbitMQ 3.10 also reports as its clustering listener.
+DIST_LOOPBACK = "-kernel inet_dist_use_interface {127,0,0,1}"
 
 
 def queue_arguments(delivery_limit: int = DELIVERY_LIMIT, dlx: str = "dlx") -> FieldTable:
@@ -97,13 +100,15 @@ class RabbitCluster:
     dist_ports: tuple[int, ...] = ()  # Erlang distribution; default: each AMQP port + 20000
     nodes: list[BrokerProcess] = field(default_factory=list)
     name: str = "rabbitmq"
+    owner_pid: int | None = None  # set: every process stops when that one exits (labs.launcher.reaper)
 
     def __post_init__(self) -> None:
         self.home = self.home.resolve()
         self.cookie = self.cookie or self._cookie()
         self.dist_ports = self.dist_ports or tuple(p + DIST_OFFSET for p in self.amqp_ports)
         self._dist = dict(zip(self.amqp_ports, self.dist_ports, strict=True))
-        self.nodes = [BrokerProcess(f"rabbit-{p}", p, self.home, b"rabbit", self._env(p)) for p in self.amqp_ports]
+        self.nodes = [BrokerProcess(f"rabbit-{p}", p, self.home, b"rabbit", self._env(p), "rabbitmq", self.owner_pid)
+                      for p in self.amqp_ports]
 
     # -- construction ---------------------------------------------------------------------
 
@@ -114,10 +119,15 @@ class RabbitCluster:
         return cls(run_dir / "rabbitmq", amqp, epmd)
 
     @classmethod
-    def on_free_ports(cls, run_dir: Path) -> RabbitCluster:
-        """AMQP, distribution and epmd ports all below the ephemeral range (tests, make compare)."""
+    def on_free_ports(cls, run_dir: Path, *, owner_pid: int | None = -1) -> RabbitCluster:
+        """AMQP, distribution and epmd ports all below the ephemeral range (tests, make compare, notebooks).
+
+        Its processes stop when ``owner_pid`` exits (default -1: the calling process; None: never).
+        """
         picked = ports.free_ports(7, ports.session_port_window())
-        return cls(Path(run_dir) / "rabbitmq", tuple(picked[:3]), picked[6], dist_ports=tuple(picked[3:6]))
+        owner = os.getpid() if owner_pid == -1 else owner_pid
+        return cls(Path(run_dir) / "rabbitmq", tuple(picked[:3]), picked[6], dist_ports=tuple(picked[3:6]),
+                   owner_pid=owner)
 
     def _cookie(self) -> str:
         path = self.home / ".erlang.cookie"
@@ -145,8 +155,11 @@ class RabbitCluster:
             "RABBITMQ_LOG_BASE": str(node_home / "log"),
             "RABBITMQ_LOGS": "-",  # to stdout: the launcher's log file
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.home / "enabled_plugins"),
-            # one scheduler per node: three nodes share two cores with everything else
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "+S 1:1 +sbwt none +sbwtdcpu none +sbwtdio none",
+            # one scheduler per node: three nodes share two cores with everything else; the
+            # distribution listener on loopback (Erlang's default is every interface)
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f"+S 1:1 +sbwt none +sbwtdcpu none +sbwtdio none {DIST_LOOPBACK}",
+            # rabbitmqctl is a distributed Erlang node too (ports 35672-35682 while it runs)
+            "RABBITMQ_CTL_ERL_ARGS": DIST_LOOPBACK,
         }
 
     def _write_files(self) -> None:
@@ -176,7 +189,8 @@ class RabbitCluster:
 
     @property
     def epmd(self) -> BrokerProcess:
-        return BrokerProcess("epmd", self.epmd_port, self.home, b"epmd", {"ERL_EPMD_ADDRESS": "127.0.0.1"})
+        return BrokerProcess("epmd", self.epmd_port, self.home, b"epmd", {"ERL_EPMD_ADDRESS": "127.0.0.1"},
+                             "rabbitmq", self.owner_pid)
 
     @property
     def processes(self) -> list[BrokerProcess]:
