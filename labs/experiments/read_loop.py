@@ -54,10 +54,13 @@ def empty_block_read(client: redis.Redis, stream: str, block_ms: int) -> tuple[A
 def block_past_socket_timeout(redis_url: str, stream: str, *, socket_timeout_s: float, block_ms: int) -> str:
     """An idle ``XREADGROUP BLOCK`` on a client with ``socket_timeout_s``: the exception's name, or "ok".
 
-    Retries are off, so the first timeout is what the caller sees. redis-py 8's default ``Retry``
-    (10 retries, jittered exponential backoff from 10 ms up to 1 s, ``TimeoutError`` among the
-    retried errors) would send the same blocking read up to 10 more times, each waiting out the
-    socket timeout again, before raising the same error.
+    Retries are off, so the first timeout is what the caller sees. The client comes from
+    ``from_url``, whose connections retry nothing by default (redis-py 8.1: the pool's connections
+    get ``Retry(NoBackoff(), 0)``, and notebook 05 asserts it); ``retry=`` says so explicitly. A
+    ``Redis(host=...)`` client is another matter: its default ``Retry`` (10 retries, jittered
+    exponential backoff from 10 ms up to 1 s, ``TimeoutError`` among the retried errors) would
+    send the same blocking read up to 10 more times, each waiting out the socket timeout again,
+    before raising the same error.
     """
     client = redis.Redis.from_url(
         redis_url, decode_responses=True, socket_timeout=socket_timeout_s, retry=Retry(NoBackoff(), 0)
