@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from solutions.cli import HelpFormatter, Parser, address, cluster_stream_problem, env_addresses, redis_url
+from solutions.cli import HelpFormatter, Parser, add_connection_flags, cluster_stream_problem, endpoint_from_args
 from solutions.cluster_site import ClusterSite
 from solutions.gc_tuning import tune_for_throughput
 from solutions.ledger import BUSY_TIMEOUT_MS
-from solutions.settings import DEDUPE_STRATEGIES, DEFAULT_REDIS_URL, InputError, Settings, default_consumer, env_default
+from solutions.settings import DEDUPE_STRATEGIES, InputError, Settings, default_consumer, env_default
 from solutions.shards import ShardCountError
 from solutions.worker import Worker
 
@@ -54,35 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         "come from the environment as BILLING_<FLAG> (BILLING_DEDUPE=redis).",
         formatter_class=HelpFormatter,
     )
-    _connection_flags(p.add_argument_group("connection"))
+    add_connection_flags(p.add_argument_group("connection"), on_cluster="read every shard <stream>:{tag} of the "
+                         "stream, one reader and one rescuer per shard")
     _reading_flags(p)
     _delivery_flags(p)
     _work_flags(p)
     return p
-
-
-def _connection_flags(g: argparse._ActionsContainer) -> None:
-    _flag(g, "redis-url", DEFAULT_REDIS_URL, "plain Redis to connect to (ignored with --sentinel)", type=redis_url)
-    g.add_argument(
-        "--sentinel",
-        action="append",
-        type=address,
-        metavar="HOST:PORT",
-        default=None,
-        help="connect through this Sentinel instead (repeat for each sentinel)",
-    )
-    _flag(g, "master-name", "mymaster", "the master's name in Sentinel")
-    g.add_argument(
-        "--cluster",
-        action="append",
-        type=address,
-        metavar="HOST:PORT",
-        default=None,
-        help="a node of a Redis Cluster (repeat for more startup nodes; BILLING_CLUSTER=H:P,H:P): read every "
-        "shard <stream>:{tag} of the stream, one reader and one rescuer per shard",
-    )
-    _flag(g, "shards", None, "with --cluster: the stream's number of shards, fixed for its life (default: as "
-          "registered in <stream>:shards by the first producer or worker)", type=int)
 
 
 def _reading_flags(p: argparse.ArgumentParser) -> None:
@@ -149,11 +126,7 @@ def _work_flags(p: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """The :class:`Settings` for parsed ``billing-worker`` flags."""
     return Settings(
-        redis_url=args.redis_url,
-        sentinels=tuple(args.sentinel or ()),
-        master_name=args.master_name,
-        cluster=tuple(args.cluster or env_addresses("cluster")),
-        shards=args.shards,
+        **endpoint_from_args(args).fields(),
         stream=args.stream,
         group=args.group,
         consumer=args.consumer,

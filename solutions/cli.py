@@ -7,6 +7,10 @@
 - argparse types that turn bad input into that one line: :func:`redis_url`, :func:`address`;
   :func:`env_addresses` reads a list of them from the environment (``BILLING_CLUSTER``);
   :func:`cluster_stream_problem` is the rule both CLIs apply to a stream name under ``--cluster``.
+- The connection flags both CLIs take, from one definition: :func:`add_connection_flags` adds
+  ``--redis-url``, ``--sentinel``, ``--master-name``, ``--cluster`` and ``--shards`` (each with its
+  ``BILLING_<FLAG>`` default) and :func:`endpoint_from_args` makes the
+  :class:`~solutions.settings.Endpoint` of them.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import argparse
 from typing import NoReturn
 from urllib.parse import urlsplit
 
-from solutions.settings import Address, env_default, parse_address
+from solutions.settings import DEFAULT_REDIS_URL, Address, Endpoint, env_default, parse_address
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 
@@ -79,3 +83,33 @@ def cluster_stream_problem(stream: str) -> str | None:
         return (f"--stream {stream!r}: a stream sharded on a cluster must not contain '{{' or '}}' "
                 "(the first braces would be every shard's hash tag, putting them all in one slot)")
     return None
+
+
+def add_connection_flags(group: argparse._ActionsContainer, *, on_cluster: str) -> None:
+    """``--redis-url``, ``--sentinel``, ``--master-name``, ``--cluster``, ``--shards``: where the stream lives.
+
+    ``on_cluster`` ends the help of ``--cluster``: what the CLI does with the stream's shards.
+    """
+    group.add_argument("--redis-url", default=env_default("redis-url", DEFAULT_REDIS_URL), type=redis_url,
+                       help="plain Redis to connect to (ignored with --sentinel)")
+    group.add_argument("--sentinel", action="append", type=address, metavar="HOST:PORT", default=None,
+                       help="connect through this Sentinel instead (repeat for each sentinel)")
+    group.add_argument("--master-name", default=env_default("master-name", "mymaster"),
+                       help="the master's name in Sentinel")
+    group.add_argument("--cluster", action="append", type=address, metavar="HOST:PORT", default=None,
+                       help="a node of a Redis Cluster (repeat for more startup nodes; BILLING_CLUSTER=H:P,H:P): "
+                       + on_cluster)
+    group.add_argument("--shards", type=int, default=env_default("shards", "") or None,
+                       help="with --cluster: the stream's number of shards, fixed for its life (default: as "
+                       "registered in <stream>:shards by the first producer or worker)")
+
+
+def endpoint_from_args(args: argparse.Namespace) -> Endpoint:
+    """The :class:`~solutions.settings.Endpoint` of :func:`add_connection_flags`' flags (``BILLING_CLUSTER``
+    when there is no ``--cluster``); ValueError with the reason for a bad one."""
+    try:
+        cluster = args.cluster or env_addresses("cluster")
+    except ValueError as exc:
+        raise ValueError(f"BILLING_CLUSTER: {exc}") from None
+    return Endpoint(redis_url=args.redis_url, sentinels=tuple(args.sentinel or ()), master_name=args.master_name,
+                    cluster=tuple(cluster), shards=args.shards)

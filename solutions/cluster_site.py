@@ -63,16 +63,19 @@ class ShardReader(Reader):
 class ClusterSite(Site):
     """Every shard of ``settings.stream`` on the cluster ``settings.cluster`` names."""
 
-    def __init__(self, settings: Settings, routing: RoutingOptions | None = None) -> None:
+    def __init__(self, settings: Settings, routing: RoutingOptions | None = None, *,
+                 wait_for_cluster: bool = True) -> None:
         if not settings.cluster:
             raise ValueError("a cluster site needs settings.cluster (a startup node)")
         self.settings = settings
         self.routing = routing or RoutingOptions(socket_timeout_s=settings.socket_timeout_s)
+        self.wait_for_cluster = wait_for_cluster  # False: no node answering is an error at once (the producer's)
         self.router: ClusterRouter | None = None
         self.shard_set: ShardSet | None = None
 
     async def open(self, stop: asyncio.Event) -> bool:
-        """The router and the shard set, retried with backoff while the cluster does not answer.
+        """The router and the shard set, retried with backoff while the cluster does not answer
+        (unless ``wait_for_cluster`` is False: then the error is raised at once).
 
         Raises :class:`~solutions.shards.ShardCountError` when the stream already has another
         number of shards (a setting to fix, not a fault to wait out).
@@ -87,6 +90,8 @@ class ClusterSite(Site):
             except ShardCountError:
                 raise
             except (RedisError, OSError) as exc:
+                if not self.wait_for_cluster:
+                    raise
                 streak.failed(exc)
                 await backoff.sleep(stop)
                 continue

@@ -31,13 +31,16 @@ confirmed (null when it was); ``time`` is the unix time when the attempt ended. 
 outcome is its best attempt: confirmed if any attempt was, else refused if every attempt
 was, else unknown. The exit code is 1 when no event was confirmed at all.
 
-Where events go: one stream by URL or Sentinel, or with ``--cluster HOST:PORT --shards N`` the
-shards of a stream on Redis Cluster. The shards are the registered set
+Where events go is a :class:`~solutions.site.Site`, the same kind the worker reads from
+(:meth:`ProducerOptions.site <solutions.producer_options.ProducerOptions.site>`): one stream by
+URL or Sentinel (:class:`~solutions.site.StreamSite`, with its failover watch), or with
+``--cluster HOST:PORT --shards N`` the shards of a stream on Redis Cluster
+(:class:`~solutions.cluster_site.ClusterSite`). The shards are the registered set
 (:func:`solutions.shards.ensure_shards`: the first producer or worker plans and stores them;
 another N is refused with one clear line), and an event goes to shard ``shard_of(order_id, N)``,
 so every event of an order lands in one shard, in the order it was made: per-key order starts
 here. Either way one :class:`Producer` makes the events on one schedule and hands each to the
-:class:`~solutions.sender.Sender` of its stream. With several shards each sender has a queue of
+:class:`~solutions.sender.Sender` of its place. With several shards each sender has a queue of
 its own: a shard whose master is dead makes only its own events wait (and re-sends them with
 backoff and the same ``event_id``), while the other shards are sent on schedule.
 
@@ -46,6 +49,10 @@ themselves: a send whose connection broke is of *unknown* outcome, and only the 
 decide to send it again (it logs that attempt); a ``CLUSTERDOWN`` reply comes back as a
 *refused* attempt. Redirects (``MOVED`` after a failover or a reshard, ``ASK`` during one) are
 still followed, since a redirected command did not run.
+
+The flags become a :class:`~solutions.producer_options.ProducerOptions`; the connection flags
+(``--redis-url``, ``--sentinel``, ``--master-name``, ``--cluster``, ``--shards``) are the
+worker's own, from :func:`solutions.cli.add_connection_flags`.
 """
 
 from __future__ import annotations
@@ -59,25 +66,25 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
 from redis.exceptions import RedisError
 
 from solutions.cancelling import cancel_and_wait
-from solutions.cli import HelpFormatter, Parser, address, cluster_stream_problem, env_addresses, redis_url
-from solutions.cluster_router import ClusterRouter, RoutingOptions
-from solutions.connection import connect, describe
-from solutions.failover_watch import FailoverWatch
+from solutions.cli import HelpFormatter, Parser, add_connection_flags, cluster_stream_problem
+from solutions.connection import describe
+from solutions.producer_options import ProducerOptions, options_from_args
 from solutions.sender import CONFIRMED, REFUSED, UNKNOWN, Outcome, Sender, Tally, make_event
-from solutions.settings import DEFAULT_REDIS_URL, MAX_SHARDS, SOCKET_MARGIN_S, InputError, env_default
-from solutions.shards import ensure_shards, shard_of
+from solutions.settings import InputError
+from solutions.shards import shard_of
 
 log = logging.getLogger("solutions.producer")
 WATCH_STOP_TIMEOUT_S = 5.0  # the failover or slot-map watch at exit (solutions.cancelling)
 
-__all__ = ["CONFIRMED", "REFUSED", "UNKNOWN", "Outcome", "Producer", "Sender", "Tally", "build_parser", "main",
-           "make_event"]
+__all__ = ["CONFIRMED", "REFUSED", "UNKNOWN", "Outcome", "Producer", "ProducerOptions", "Sender", "Tally",
+           "build_parser", "main", "make_event"]
 
 Event = dict[str, str]
 
@@ -102,14 +109,14 @@ async def schedule(rate: float, count: int | None, stop: asyncio.Event) -> Async
 
 
 class Producer:
-    """``--rate`` events a second, each to the sender of its stream: one, or one per shard (``route``)."""
+    """``rate`` events a second, each to the sender of its stream: one, or one per shard (``route``)."""
 
-    def __init__(self, senders: list[Sender], args: argparse.Namespace,
+    def __init__(self, senders: list[Sender], options: ProducerOptions,
                  route: Callable[[Event], int] | None = None) -> None:
         if not senders:
             raise ValueError("a producer needs at least one sender")
         self.senders = senders
-        self.args = args
+        self.options = options
         self.route = route or (lambda event: shard_of(event["order_id"], len(senders)))
         self._queues: list[asyncio.Queue[Event | None]] = []
 
@@ -122,22 +129,22 @@ class Producer:
         return total
 
     async def run(self, stop: asyncio.Event) -> Tally:
-        """Make events on schedule until ``--count`` or ``stop``; each sender then sends what it holds.
+        """Make events on schedule until ``count`` or ``stop``; each sender then sends what it holds.
 
         One sender sends each event before the next is made (a re-send delays the schedule, which
         catches up after); several send from queues of their own, so that a dead shard holds up
         only its own events.
         """
-        a = self.args
+        o = self.options
         if len(self.senders) == 1:
             (sender,) = self.senders
-            async for _ in schedule(a.rate, a.count, stop):
-                await sender.send(make_event(a.orders), stop)
+            async for _ in schedule(o.rate, o.count, stop):
+                await sender.send(make_event(o.orders), stop)
             return self.tally
         self._queues = [asyncio.Queue() for _ in self.senders]
         sending = [asyncio.create_task(self._send(i, stop)) for i in range(len(self.senders))]
-        async for _ in schedule(a.rate, a.count, stop):
-            event = make_event(a.orders)
+        async for _ in schedule(o.rate, o.count, stop):
+            event = make_event(o.orders)
             self._queues[self.route(event)].put_nowait(event)
         for queue in self._queues:
             queue.put_nowait(None)
@@ -150,6 +157,28 @@ class Producer:
             await sender.send(event, stop)
 
 
+async def produce(options: ProducerOptions, stop: asyncio.Event, out: IO[str] | None = None) -> Tally:
+    """Open the options' site, give each of its places a sender, and produce until done; the site is closed after."""
+    site = options.site()
+    watchers: list[asyncio.Task[None]] = []
+    try:
+        if not await site.open(stop):
+            return Tally()
+        watchers = [asyncio.create_task(body, name=name) for name, body in site.watchers()]
+        places = site.places()
+        if options.endpoint.cluster:
+            log.info("producing to %s shards of %s: %s", len(places), options.stream,
+                     ", ".join(p.name for p in places))
+        else:
+            with suppress(RedisError, OSError):  # connect before the schedule; a Redis that is down shows in the sends
+                await places[0].client.ping()
+        senders = [Sender(p.client, replace(options, stream=p.name), out) for p in places]
+        return await Producer(senders, options).run(stop)
+    finally:
+        await cancel_and_wait(watchers, WATCH_STOP_TIMEOUT_S)
+        await site.aclose()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="billing-producer",
@@ -157,21 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         "its sends was confirmed.",
         formatter_class=HelpFormatter,
     )
-    p.add_argument("--redis-url", default=env_default("redis-url", DEFAULT_REDIS_URL), type=redis_url,
-                   help="plain Redis")
-    p.add_argument(
-        "--sentinel",
-        action="append",
-        type=address,
-        metavar="HOST:PORT",
-        help="connect through this Sentinel instead (repeatable)",
-    )
-    p.add_argument("--master-name", default="mymaster", help="the master's name in Sentinel")
-    p.add_argument("--cluster", action="append", type=address, metavar="HOST:PORT",
-                   help="a node of a Redis Cluster (repeatable; BILLING_CLUSTER=H:P,H:P): write each event to the "
-                   "shard <stream>:{tag} its order_id routes to")
-    p.add_argument("--shards", type=int, default=env_default("shards", "") or None,
-                   help="with --cluster: the stream's number of shards, fixed for its life (default: as registered)")
+    add_connection_flags(p, on_cluster="write each event to the shard <stream>:{tag} its order_id routes to")
     p.add_argument("--stream", default="orders", help="stream to write")
     p.add_argument("--rate", type=float, default=50.0, help="events per second (0: as fast as possible)")
     p.add_argument("--count", type=int, default=None, help="stop after this many sends (default: until SIGINT)")
@@ -187,18 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _amain(args: argparse.Namespace) -> Tally:
+async def _amain(options: ProducerOptions) -> Tally:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    out = args.log.open("a", encoding="utf-8") if args.log else None
+    out = options.log.open("a", encoding="utf-8") if options.log else None
     try:
-        if args.cluster:
-            tally = await _to_cluster(args, stop, out)
-        else:
-            tally = await _to_one_stream(args, stop, out)
+        tally = await produce(options, stop, out)
     finally:
         if out is not None:
             out.close()
@@ -207,66 +219,24 @@ async def _amain(args: argparse.Namespace) -> Tally:
     return tally
 
 
-async def _to_one_stream(args: argparse.Namespace, stop: asyncio.Event, out: IO[str] | None) -> Tally:
-    """To a plain Redis, or through Sentinel (connections to a replaced master dropped on +switch-master)."""
-    sentinels = tuple(args.sentinel or ())
-    wait_s = args.wait_timeout_ms / 1000 if args.wait_replicas else 0.0
-    client = connect(redis_url=args.redis_url, sentinels=sentinels, master_name=args.master_name,
-                     socket_timeout_s=wait_s + SOCKET_MARGIN_S)
-    watch = asyncio.create_task(FailoverWatch(client, sentinels, args.master_name).run(), name="failover-watch")
-    try:
-        with suppress(RedisError, OSError):  # connect before the schedule; a Redis that is down shows in the sends
-            await client.ping()
-        return await Producer([Sender(client, args, out)], args).run(stop)
-    finally:
-        await cancel_and_wait([watch], WATCH_STOP_TIMEOUT_S)
-        await client.aclose()
-
-
-def routing_options(args: argparse.Namespace) -> RoutingOptions:
-    """No retries inside the client (the producer's own re-sends are logged), a socket timeout above WAIT's."""
-    wait_s = args.wait_timeout_ms / 1000 if args.wait_replicas else 0.0
-    return RoutingOptions(socket_timeout_s=wait_s + SOCKET_MARGIN_S, retry_for_s=0.0)
-
-
-async def _to_cluster(args: argparse.Namespace, stop: asyncio.Event, out: IO[str] | None) -> Tally:
-    """Connect, find (or register) the shard set, and produce until done; the router is closed after."""
-    router = await ClusterRouter.connect(args.cluster, routing_options(args))
-    watch = asyncio.create_task(router.watch(), name="cluster-watch")
-    try:
-        shards = await ensure_shards(router, args.stream, args.shards)
-        log.info("producing to %s shards of %s: %s", len(shards), args.stream, ", ".join(shards.names))
-        senders = [Sender(router.client(name), argparse.Namespace(**{**vars(args), "stream": name}), out)
-                   for name in shards.names]
-        return await Producer(senders, args).run(stop)
-    finally:
-        await cancel_and_wait([watch], WATCH_STOP_TIMEOUT_S)
-        await router.aclose()
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        args.cluster = args.cluster or env_addresses("cluster")
+        options = options_from_args(args)
     except ValueError as exc:
-        build_parser().error(f"BILLING_CLUSTER: {exc}")
-    if args.maxlen is not None and args.maxlen <= 0:
-        build_parser().error("--maxlen must be > 0 (leave it out for no trimming)")
-    if args.resend < 0:
-        build_parser().error("--resend must be >= 0")
-    if args.shards is not None and (not 1 <= args.shards <= MAX_SHARDS or not args.cluster):
-        build_parser().error(f"--shards needs --cluster and must be 1 to {MAX_SHARDS} (a cluster slot per shard)")
-    if args.cluster and (problem := cluster_stream_problem(args.stream)):
-        build_parser().error(problem)
+        parser.error(str(exc))
+    if options.endpoint.cluster and (problem := cluster_stream_problem(options.stream)):
+        parser.error(problem)
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s [producer] %(name)s: %(message)s",
     )
-    if args.log:
-        args.log.parent.mkdir(parents=True, exist_ok=True)
+    if options.log:
+        options.log.parent.mkdir(parents=True, exist_ok=True)
     try:
-        tally = asyncio.run(_amain(args))
+        tally = asyncio.run(_amain(options))
     except KeyboardInterrupt:  # a signal before the handlers were installed: nothing was sent
         return 0
     except InputError as exc:  # --cluster, or the shard registry it points at, is wrong

@@ -7,14 +7,13 @@ the re-send rule and the ``--log`` format are described in :mod:`solutions.produ
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
 import random
 import time
 from dataclasses import dataclass, fields
-from typing import IO
+from typing import IO, Protocol
 
 from redis.exceptions import BusyLoadingError, RedisError, ResponseError
 
@@ -64,12 +63,27 @@ def make_event(order_count: int) -> dict[str, str]:
     }
 
 
-class Sender:
-    """Sends events to one stream with ``XADD`` (+ ``WAIT``) and logs each outcome."""
+class SendOptions(Protocol):
+    """What a :class:`Sender` reads of its options (:class:`~solutions.producer_options.ProducerOptions` has it)."""
 
-    def __init__(self, client: Client, args: argparse.Namespace, out: IO[str] | None) -> None:
+    @property
+    def stream(self) -> str: ...
+    @property
+    def maxlen(self) -> int | None: ...
+    @property
+    def wait_replicas(self) -> int: ...
+    @property
+    def wait_timeout_ms(self) -> int: ...
+    @property
+    def resend(self) -> int: ...
+
+
+class Sender:
+    """Sends events to one stream (``options.stream``) with ``XADD`` (+ ``WAIT``) and logs each outcome."""
+
+    def __init__(self, client: Client, options: SendOptions, out: IO[str] | None) -> None:
         self.client = client
-        self.args = args
+        self.options = options
         self.out = out
         self.tally = Tally()
         self.backoff = Backoff(base_s=0.05, cap_s=1.0)
@@ -82,7 +96,7 @@ class Sender:
         else ``unknown``). Every attempt is logged.
         """
         statuses: list[str] = []
-        for attempt in range(1, self.args.resend + 2):
+        for attempt in range(1, self.options.resend + 2):
             if attempt > 1:
                 if stop is not None and stop.is_set():
                     break
@@ -101,7 +115,7 @@ class Sender:
 
     async def attempt(self, event: dict[str, str]) -> Outcome:
         """``XADD stream [MAXLEN ~ n] * fields`` then, if asked, ``WAIT n timeout``: one pipeline, one outcome."""
-        a = self.args
+        a = self.options
         try:
             async with self.client.pipeline(transaction=False) as pipe:
                 pipe.xadd(a.stream, event, maxlen=a.maxlen, approximate=True)  # type: ignore[arg-type]

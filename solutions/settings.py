@@ -3,6 +3,11 @@
 Build it in code (``Settings(stream="orders", dedupe="sqlite")``), from the CLI flags of
 ``billing-worker`` (see :mod:`solutions.billing`) or from ``BILLING_*`` environment variables,
 which become the flags' defaults (``BILLING_DEDUPE=redis`` is ``--dedupe redis``).
+
+:class:`Endpoint` is where a stream lives (a URL, Sentinels, or a cluster and its shard count),
+the part both CLIs share: ``billing-worker`` and ``billing-producer`` take the same connection
+flags (:func:`solutions.cli.add_connection_flags`) and check them by the same rules
+(:func:`endpoint_problems`, which :class:`Settings` applies to its own fields too).
 """
 
 from __future__ import annotations
@@ -11,10 +16,13 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from solutions.ledger import BUSY_TIMEOUT_MS
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
+
+
 class InputError(ValueError):
     """What the flags point at is wrong (not a cluster node, a registry key holding junk): the CLIs exit 2."""
 
@@ -42,6 +50,61 @@ def parse_address(text: str) -> Address:
 def env_default(name: str, default: str) -> str:
     """The value of ``BILLING_<NAME>`` (dashes become underscores), else ``default``."""
     return os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"), default)
+
+
+def endpoint_problems(*, redis_url: str, sentinels: tuple[Address, ...], cluster: tuple[Address, ...],
+                      shards: int | None) -> list[str]:
+    """What is wrong with where a stream is said to live (nothing: an empty list)."""
+    return [
+        problem
+        for problem in (
+            "" if sentinels or cluster or redis_url else "give redis_url, sentinels or cluster",
+            "" if not (sentinels and cluster) else "give sentinels or cluster, not both",
+            "" if shards is None or 1 <= shards <= MAX_SHARDS
+            else f"shards must be 1 to {MAX_SHARDS} (each shard takes a cluster slot of its own), got {shards}",
+            "" if shards is None or cluster else "shards needs cluster (a stream is sharded on a cluster)",
+        )
+        if problem
+    ]
+
+
+def addresses(pairs: tuple[Address, ...]) -> tuple[Address, ...]:
+    """``(host, port)`` pairs as ``(str, int)`` (a list from JSON or a notebook becomes a tuple)."""
+    return tuple((str(host), int(port)) for host, port in pairs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    """Where a stream lives: a plain Redis by URL, the master Sentinel names, or the shards on a cluster."""
+
+    redis_url: str = DEFAULT_REDIS_URL
+    sentinels: tuple[Address, ...] = ()
+    master_name: str = "mymaster"
+    cluster: tuple[Address, ...] = ()  # startup nodes of a Redis Cluster: the stream's shards live there
+    shards: int | None = None  # with ``cluster``: how many shards (None: as registered in <stream>:shards)
+
+    def __post_init__(self) -> None:
+        problems = endpoint_problems(redis_url=self.redis_url, sentinels=self.sentinels, cluster=self.cluster,
+                                     shards=self.shards)
+        if problems:
+            raise ValueError("; ".join(problems))
+        object.__setattr__(self, "sentinels", addresses(self.sentinels))
+        object.__setattr__(self, "cluster", addresses(self.cluster))
+
+    def fields(self) -> EndpointFields:
+        """The same values as keyword arguments of :class:`Settings`: ``Settings(**endpoint.fields(), ...)``."""
+        return EndpointFields(redis_url=self.redis_url, sentinels=self.sentinels, master_name=self.master_name,
+                              cluster=self.cluster, shards=self.shards)
+
+
+class EndpointFields(TypedDict):
+    """:class:`Endpoint`'s fields, which :class:`Settings` has too."""
+
+    redis_url: str
+    sentinels: tuple[Address, ...]
+    master_name: str
+    cluster: tuple[Address, ...]
+    shards: int | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,8 +144,8 @@ class Settings:
         if problems:
             raise ValueError("invalid settings: " + "; ".join(problems))
         object.__setattr__(self, "ledger", Path(self.ledger))
-        object.__setattr__(self, "sentinels", tuple((str(h), int(p)) for h, p in self.sentinels))
-        object.__setattr__(self, "cluster", tuple((str(h), int(p)) for h, p in self.cluster))
+        object.__setattr__(self, "sentinels", addresses(self.sentinels))
+        object.__setattr__(self, "cluster", addresses(self.cluster))
 
     def _problems(self) -> list[str]:
         positive = {
@@ -108,11 +171,8 @@ class Settings:
             "" if self.metrics_interval_s > 0 else "metrics_interval_s must be > 0",
             "" if self.metrics_port is None or 0 <= self.metrics_port < 65536 else "bad metrics_port",
             "" if self.stream and self.group and self.consumer else "stream, group and consumer must be set",
-            "" if self.sentinels or self.cluster or self.redis_url else "give redis_url, sentinels or cluster",
-            "" if not (self.sentinels and self.cluster) else "give sentinels or cluster, not both",
-            "" if self.shards is None or 1 <= self.shards <= MAX_SHARDS
-            else f"shards must be 1 to {MAX_SHARDS} (each shard takes a cluster slot of its own), got {self.shards}",
-            "" if self.shards is None or self.cluster else "shards needs cluster (a stream is sharded on a cluster)",
+            *endpoint_problems(redis_url=self.redis_url, sentinels=self.sentinels, cluster=self.cluster,
+                               shards=self.shards),
         ]
 
     @property

@@ -1,7 +1,8 @@
 """Where a worker's stream lives: a :class:`Site` opens the connections and names the parts to read.
 
-The worker (:class:`~solutions.worker.Worker`) runs the same parts on every site; only the site
-knows where they are:
+The worker (:class:`~solutions.worker.Worker`) reads the same parts on every site, and the
+producer (:mod:`solutions.producer`) writes to them, one sender per place; only the site knows
+where they are:
 
 - :class:`StreamSite`: one stream by URL or through Sentinel (one part: the stream itself, and a
   :class:`~solutions.failover_watch.FailoverWatch` beside it when Sentinel is used);
@@ -68,15 +69,19 @@ class Site(ABC):
 class StreamSite(Site):
     """One stream on one Redis: ``settings.redis_url``, or the master of ``settings.sentinels``.
 
-    A ``client`` given by the caller is used as it is and not closed.
+    A ``client`` given by the caller is used as it is and not closed. The socket timeout is
+    ``socket_timeout_s``, by default the worker's (above its ``BLOCK``); the producer's is above
+    its ``WAIT`` instead.
     """
 
-    def __init__(self, settings: Settings, client: Client | None = None) -> None:
+    def __init__(self, settings: Settings, client: Client | None = None, *,
+                 socket_timeout_s: float | None = None) -> None:
         if settings.cluster:
             raise ValueError("settings.cluster is set: use solutions.cluster_site.ClusterSite")
         self.settings = settings
         self.given = client
         self.client: Client | None = client
+        self.socket_timeout_s = settings.socket_timeout_s if socket_timeout_s is None else socket_timeout_s
 
     async def open(self, stop: asyncio.Event) -> bool:
         s = self.settings
@@ -84,7 +89,7 @@ class StreamSite(Site):
             redis_url=s.redis_url,
             sentinels=s.sentinels,
             master_name=s.master_name,
-            socket_timeout_s=s.socket_timeout_s,
+            socket_timeout_s=self.socket_timeout_s,
         )
         return True
 

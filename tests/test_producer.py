@@ -19,7 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from labs.launcher.ports import free_port
 from labs.launcher.topology import Topology
-from solutions.producer import UNKNOWN, Sender, build_parser
+from solutions.producer import UNKNOWN, ProducerOptions, Sender
 
 
 def run_producer(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -205,9 +205,9 @@ def test_a_lost_connection_is_unknown_but_a_bug_is_not_swallowed() -> None:
         def pipeline(self, transaction: bool = True) -> Pipe:
             return Pipe(self.error)
 
-    args = build_parser().parse_args(["--count", "1"])
-    lost = Sender(Client(RedisConnectionError("Connection reset by peer")), args, None)  # type: ignore[arg-type]
+    options = ProducerOptions(count=1)
+    lost = Sender(Client(RedisConnectionError("Connection reset by peer")), options, None)  # type: ignore[arg-type]
     assert asyncio.run(lost.attempt({"event_id": "e-1"})).status == UNKNOWN
-    buggy = Sender(Client(TypeError("a bug")), args, None)  # type: ignore[arg-type]
+    buggy = Sender(Client(TypeError("a bug")), options, None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="a bug"):
         asyncio.run(buggy.attempt({"event_id": "e-2"}))
