@@ -32,6 +32,7 @@ def test_a_busy_port_is_one_line_that_names_the_variable(tmp_path: Path) -> None
 def test_a_missing_binary_is_one_line_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rabbitmq, "SBIN", Path("/nonexistent"))
     monkeypatch.setattr(nats, "DEBIAN_BIN", Path("/nonexistent/nats-server"))
+    monkeypatch.setattr(nats, "LOCAL_BIN", Path("/nonexistent/local/nats-server"))
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(LauncherError, match="make brokers-bin"):
         rabbitmq.binary("rabbitmq-server")

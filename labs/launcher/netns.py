@@ -33,15 +33,17 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
 from labs.launcher.errors import LauncherError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NETWORK = "10.213.0.0/24"  # the only addresses a fabric uses, all inside its own namespaces
 _NET_PREFIX = "10.213.0."
@@ -146,6 +148,25 @@ def run_thread(ns: str, target: Callable[[], None], name: str) -> threading.Thre
     thread = threading.Thread(target=body, name=name, daemon=True)
     thread.start()
     return thread
+
+
+def call_in(ns: str, fn: Callable[[], T]) -> T:
+    """``fn()`` in a thread living in ``ns`` (its sockets, an ``asyncio.run`` loop's too, are clients there);
+    its result, or its exception raised here."""
+
+    def body() -> T:
+        with entered(ns):
+            return fn()
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"in-{ns}") as pool:
+        return pool.submit(body).result()
+
+
+def accepts(ns: str, host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` as seen from inside ``ns``."""
+    from labs.launcher import ports  # local: ports is a leaf the launcher's start-up imports first
+
+    return call_in(ns, lambda: ports.in_use(port, host))
 
 
 class NetnsConnection(redis.Connection):
