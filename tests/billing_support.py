@@ -140,7 +140,8 @@ def release_ledger_lock(proc: subprocess.Popen[str]) -> None:
     """Let the lock holder commit and exit."""
     assert proc.stdin is not None
     proc.stdin.close()
-    assert proc.wait(10) == 0
+    code = proc.wait(10)
+    assert code == 0, f"the ledger lock holder exited {code} (0: it committed and released the lock)"
 
 
 def spawn(module: str, *args: str, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
