@@ -75,7 +75,7 @@ def test_the_owners_exit_stops_every_broker_process(tmp_path: Path, kind: str) -
     owner.kill()
     owner.wait(10)
     _wait_gone(pids, 90.0, "the reaper after the owner's SIGKILL (RabbitMQ stops in a few seconds per node)")
-    assert broker_registry.entries(tmp_path / "run") == []
+    polling.wait_until(lambda: broker_registry.entries(tmp_path / "run") == [], 10, "the reaper removing its records")
 
 
 def test_labs_down_stops_brokers_whose_files_are_elsewhere(tmp_path: Path) -> None:

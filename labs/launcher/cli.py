@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     for name in _broker_names(args.topology):
         stopped += brokers.from_env(name, default_run_dir()).stop()
     # and those of comparisons and notebooks, wherever their files are (labs.launcher.broker_registry)
-    stopped += broker_registry.stop_registered(_broker_names(args.topology))
+    stopped += broker_registry.stop_registered(None if args.topology == "all" else _broker_names(args.topology))
     console.print(f"stopped {len(stopped)} process(es)" + (f": pids {stopped}" if stopped else ""))
     if args.topology == "all" and (removed := netns.remove_registered()):
         console.print(f"removed {len(removed)} network namespace(s) left by partition runs of this checkout")
