@@ -18,7 +18,7 @@ without its parse and its charge. :meth:`BillingHandler.process_run` makes that 
 when there is work to await or a failure to simulate; otherwise a run is one call that does
 nothing. :func:`process_each` is the message-by-message version, for handlers that have
 nothing better to do with a run. The charges go the same way: :meth:`Handler.charges` makes a
-run's ledger rows as one flat list (:class:`~solutions.ledger.Charges`), and
+run's ledger rows as one flat list (:class:`~solutions.charges.Charges`), and
 :func:`charge_each` makes them from :meth:`Handler.charge`, an object per event.
 """
 
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Protocol
 
-from solutions.ledger import Charge, Charges
+from solutions.charges import Charge, Charges
 from solutions.messages import Delivery, OrderEvent, TransientError, parse_order
 from solutions.settings import Settings
 

@@ -51,8 +51,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from solutions.acks import DONE, Acks
+from solutions.charges import Charges
 from solutions.connection import REDIS_ERRORS, Client
-from solutions.ledger import Charges, Ledger
+from solutions.ledger import Ledger
 from solutions.messages import OrderEvent
 from solutions.sqlite_errors import Fault, LedgerUnavailable
 

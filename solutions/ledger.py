@@ -27,26 +27,32 @@ the store is down. A failed write ends its transaction cleanly (after a full dis
 error SQLite has rolled it back already), and a failure of the store is raised as
 :class:`~solutions.sqlite_errors.LedgerUnavailable`; after any fault but a lock the next call
 opens a new connection (a filesystem mounted again can only be written through a new one).
+
+This module owns the file, its connection, transactions and faults. A batch of charges is
+:class:`~solutions.charges.Charges` (:mod:`solutions.charges`); what a write does inside its
+transaction, the multi-row statements and the claim of ``applied_events``, is
+:mod:`solutions.ledger_writes`'.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import itertools
 import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from solutions import checkpoints
+from solutions.charges import Charge, Charges, batches_of
+from solutions.ledger_writes import NotAllNew, claim_all, claim_each, insert_all
 from solutions.sqlite_errors import Fault, LedgerUnavailable, describe_sqlite, fault_of
 
 log = logging.getLogger(__name__)
+
+__all__ = ["BUSY_TIMEOUT_MS", "SCHEMA", "Charge", "Charges", "Ledger", "batches_of", "read_rows"]
 
 BUSY_TIMEOUT_MS = 30_000
 PROBE_BUSY_TIMEOUT_MS = 1_000  # a probe waits at most this for another process's lock
@@ -73,153 +79,12 @@ CREATE TABLE IF NOT EXISTS store_probe (
 PROBE = "INSERT OR REPLACE INTO store_probe(id, probed_at) VALUES (1, ?)"
 
 
-INSERT_CHARGES = "INSERT INTO charges(event_id, order_id, amount, msg_id, consumer, charged_at) VALUES "
-CLAIM_EVENTS = "INSERT INTO applied_events(event_id) VALUES "
-CLAIM_INSERTED = "INSERT OR IGNORE INTO applied_events(event_id) SELECT event_id FROM charges WHERE id > ?"
-# A ledger made before applied_events lost its copies of the charge's msg_id, consumer and time.
-WIDE_CLAIM_EVENTS = "INSERT INTO applied_events(event_id, msg_id, consumer, applied_at) VALUES "
-WIDE_CLAIM_INSERTED = (
-    "INSERT OR IGNORE INTO applied_events(event_id, msg_id, consumer, applied_at) "
-    "SELECT event_id, msg_id, consumer, charged_at FROM charges WHERE id > ?"
-)
-APPLIED_AMONG = "SELECT event_id FROM applied_events WHERE event_id IN "
-WIDTH = 4  # the values of a charge in :attr:`Charges.rows`: event_id, order_id, amount, msg_id
-ROWS_PER_STATEMENT = 100  # 400 parameters at most, well under SQLite's limit
-
-
-def _values(rows: int, width: int, shared: str) -> str:
-    """``(?3, ?4, ..., ?1, ?2), (...)``: ``width`` parameters of each row's own, then the
-    ``shared`` ones (``?1`` ...) that every row repeats: bound once per statement, not per row."""
-    return ", ".join(
-        "(" + ", ".join(f"?{3 + row * width + i}" for i in range(width)) + shared + ")" for row in range(rows)
-    )
-
-
-@functools.lru_cache(maxsize=64)
-def _insert_sql(rows: int) -> str:
-    return INSERT_CHARGES + _values(rows, WIDTH, ", ?1, ?2")  # consumer, charged_at
-
-
-@functools.lru_cache(maxsize=64)
-def _claim_sql(rows: int) -> str:
-    return CLAIM_EVENTS + ", ".join(["(?)"] * rows)
-
-
-@functools.lru_cache(maxsize=64)
-def _wide_claim_sql(rows: int) -> str:
-    return WIDE_CLAIM_EVENTS + _values(rows, 2, ", ?1, ?2")  # event_id, msg_id; consumer, applied_at
-
-
-@functools.lru_cache(maxsize=64)
-def _applied_sql(keys: int) -> str:
-    return APPLIED_AMONG + "(" + ", ".join(["?"] * keys) + ")"
-
-
-def _execute_rows(
-    db: sqlite3.Connection, sql_for: Callable[[int], str], shared: Sequence[str | float],
-    params: Sequence[str | float], width: int,
-) -> list[Any]:
-    """The rows that :func:`_statements` returned."""
-    return [row for cursor in _statements(db, sql_for, shared, params, width) for row in cursor]
-
-
-def _statements(
-    db: sqlite3.Connection, sql_for: Callable[[int], str], shared: Sequence[str | float],
-    params: Sequence[str | float], width: int,
-) -> Iterator[sqlite3.Cursor]:
-    """Run ``sql_for(rows)`` over flat ``params`` (``width`` per row), at most
-    :data:`ROWS_PER_STATEMENT` rows a statement, each statement with the ``shared`` parameters
-    first (``?1``, ``?2``); each statement's cursor."""
-    step = ROWS_PER_STATEMENT * width
-    for start in range(0, len(params), step):
-        part = params[start : start + step]
-        yield db.execute(sql_for(len(part) // width), [*shared, *part])
-
-
-def _insert_charges(db: sqlite3.Connection, consumer: str, rows: Sequence[str], now: float) -> int | None:
-    """Charges (:data:`WIDTH` values each) into ``charges``; the rowid of the first, None if
-    there were none (a rowid table hands out max(rowid) + 1, row by row)."""
-    first: int | None = None
-    for cursor in _statements(db, _insert_sql, (consumer, now), rows, WIDTH):
-        if first is None:
-            first = (cursor.lastrowid or 0) - cursor.rowcount + 1
-    return first
-
-
-class _NotAllNew(Exception):
-    """A batch with an event applied before, or twice: the transaction is rolled back."""
-
-
 def _probe_write(db: sqlite3.Connection, now: float) -> None:
     db.execute(PROBE, (now,))
 
 
 def _wal_back(db: sqlite3.Connection) -> None:
     checkpoints.after_outage(db)
-
-
-@dataclass(slots=True)
-class Charge:
-    """One charge to write, the readable way (tests, tools); the worker writes :class:`Charges`."""
-
-    event_id: str
-    order_id: str
-    amount: str
-    msg_id: str
-    consumer: str
-
-
-@dataclass(slots=True)
-class Charges:
-    """A batch of one consumer's charges, flat, as the ledger binds them: :data:`WIDTH` values
-    per charge (``event_id, order_id, amount, msg_id``) in one list.
-
-    This is how a run's charges travel from the handler to the ledger: an object per charge
-    (a :class:`Charge`) cost about 1 us a message, a fifth of the worker's own time with
-    ``--dedupe none``; a tuple added to a list costs a tenth of that.
-    """
-
-    consumer: str
-    rows: list[str] = field(default_factory=list)
-
-    def add(self, event_id: str, order_id: str, amount: str, msg_id: str) -> None:
-        self.rows += (event_id, order_id, amount, msg_id)
-
-    def __len__(self) -> int:
-        return len(self.rows) // WIDTH
-
-    def __iter__(self) -> Iterator[Charge]:
-        rows, consumer = self.rows, self.consumer
-        for i in range(0, len(rows), WIDTH):
-            yield Charge(rows[i], rows[i + 1], rows[i + 2], rows[i + 3], consumer)
-
-    @property
-    def event_ids(self) -> list[str]:
-        return self.rows[0::WIDTH]
-
-    @property
-    def claims(self) -> list[str]:
-        """``event_id, msg_id`` of each charge, flat: the ``applied_events`` rows (made in C)."""
-        return list(itertools.chain.from_iterable(zip(self.rows[0::WIDTH], self.rows[3::WIDTH], strict=True)))
-
-    def only(self, keep: Sequence[bool]) -> Charges:
-        """The charges whose ``keep`` is True, in order."""
-        rows = self.rows
-        kept: list[str] = []
-        for n, ok in enumerate(keep):
-            if ok:
-                kept += rows[n * WIDTH : (n + 1) * WIDTH]
-        return Charges(self.consumer, kept)
-
-
-def batches_of(charges: Iterable[Charge]) -> list[Charges]:
-    """:class:`Charge` objects as batches, one per stretch of the same consumer, in order."""
-    batches: list[Charges] = []
-    for c in charges:
-        if not batches or batches[-1].consumer != c.consumer:
-            batches.append(Charges(c.consumer))
-        batches[-1].add(c.event_id, c.order_id, c.amount, c.msg_id)
-    return batches
 
 
 class Ledger:
@@ -313,37 +178,17 @@ class Ledger:
         :class:`~solutions.sqlite_errors.LedgerUnavailable` (``fault`` says which); nothing
         was written then.
 
-        Rows go in as multi-row ``INSERT ... VALUES (...), (...)`` statements, one per
-        :data:`ROWS_PER_STATEMENT` charges: one statement step instead of one per row.
+        The statements are :mod:`solutions.ledger_writes`': multi-row ``INSERT ... VALUES``, one
+        per :data:`~solutions.ledger_writes.ROWS_PER_STATEMENT` charges.
         """
         busy_ms = self.busy_timeout_ms if wait else 0  # 0: "database is locked" at once
         now = time.time()
         if not once:
-            return self._transaction(busy_ms, self._insert, batches, now)
+            return self._transaction(busy_ms, insert_all, batches, now)
         try:
-            return self._transaction(busy_ms, self._claim_all, batches, now)
-        except _NotAllNew:  # rolled back: decide event by event, in a transaction of its own
-            return self._transaction(busy_ms, self._claim_each, batches, now)
-
-    @staticmethod
-    def _insert(db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
-        """``once`` off: every charge inserted."""
-        for batch in batches:
-            _insert_charges(db, batch.consumer, batch.rows, now)
-        return [True] * sum(map(len, batches))
-
-    def _claim_each(self, db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
-        """``once``, when some event of the batch was applied before or comes twice: the new ones
-        claimed (:meth:`_claim`) and only their charges inserted."""
-        applied = self._claim(db, batches, now)
-        start = 0
-        for batch in batches:
-            end = start + len(batch)
-            mine = applied[start:end]
-            rows = batch.rows if all(mine) else batch.only(mine).rows
-            _insert_charges(db, batch.consumer, rows, now)
-            start = end
-        return applied
+            return self._transaction(busy_ms, claim_all, batches, now, self._wide_claims)
+        except NotAllNew:  # rolled back: decide event by event, in a transaction of its own
+            return self._transaction(busy_ms, claim_each, batches, now, self._wide_claims)
 
     def probe(self) -> None:
         """Can the store take a write again? One committed row in ``store_probe`` (a lock is
@@ -419,50 +264,6 @@ class Ledger:
         if self._busy_ms != busy_ms:
             db.execute(f"PRAGMA busy_timeout={busy_ms}")
             self._busy_ms = busy_ms
-
-    def _claim_all(self, db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
-        """The usual batch: no event applied before and none twice. Its charges are inserted and
-        their ``applied_events`` rows claimed from them (``INSERT OR IGNORE ... SELECT`` over the
-        rowids just given out, nothing bound twice); the count of claimed rows says whether every
-        event was new. If one was not, :class:`_NotAllNew` rolls the transaction back, and
-        :meth:`_claim_each` decides in another (a redelivery: rare, and then no savepoint to
-        pay for in every batch)."""
-        keys = batches[0].event_ids if len(batches) == 1 else [key for batch in batches for key in batch.event_ids]
-        if not keys:
-            return []
-        if len(set(keys)) != len(keys):
-            raise _NotAllNew
-        first_id: int | None = None
-        for batch in batches:
-            first = _insert_charges(db, batch.consumer, batch.rows, now)
-            first_id = first if first_id is None else first_id
-        before = db.total_changes
-        db.execute(WIDE_CLAIM_INSERTED if self._wide_claims else CLAIM_INSERTED, ((first_id or 1) - 1,))
-        if db.total_changes - before != len(keys):
-            raise _NotAllNew
-        return [True] * len(keys)
-
-    def _claim(self, db: sqlite3.Connection, batches: Sequence[Charges], now: float) -> list[bool]:
-        """Which charges are new, when some event was applied before or comes twice in the batch
-        (:meth:`_claim_all` said so); their ``applied_events`` rows are written. Inside ``BEGIN
-        IMMEDIATE`` no other writer can come between the lookup and the claim."""
-        keys = batches[0].event_ids if len(batches) == 1 else [key for batch in batches for key in batch.event_ids]
-        applied = {row[0] for row in _execute_rows(db, _applied_sql, (), keys, 1)}
-        verdicts: list[bool] = []
-        for key in keys:  # a repeat within the batch: only its first occurrence is new
-            first = key not in applied
-            applied.add(key)
-            verdicts.append(first)
-        if not self._wide_claims:
-            _execute_rows(db, _claim_sql, (), [key for key, new in zip(keys, verdicts, strict=True) if new], 1)
-            return verdicts
-        start = 0
-        for batch in batches:
-            end = start + len(batch)
-            new = batch.only(verdicts[start:end])
-            _execute_rows(db, _wide_claim_sql, (batch.consumer, now), new.claims, 2)
-            start = end
-        return verdicts
 
     def charge_counts(self) -> dict[str, int]:
         """``event_id -> number of charges`` (a value above 1 is a duplicate charge)."""

@@ -4,7 +4,9 @@ The reader and the rescuer hand every read batch to :meth:`Pipeline.dispatch`. I
 entries deleted from the stream while pending, skips messages already in hand, and splits
 the rest into *runs*: the whole batch when the handler is instant (its work never waits, so
 it is awaited inline), else one run per lane key (``--order-key``), so that waiting handlers
-overlap. Each run is one task (see :mod:`solutions.pool`) and goes through :meth:`Pipeline.run`:
+overlap (:mod:`solutions.runs`). Each run is one task (see :mod:`solutions.pool`) and goes
+through :meth:`Pipeline.run`; what is not charged and acked goes to
+:class:`~solutions.outcomes.Outcomes` (undo, give back, redeliver, dead-letter, ack a duplicate):
 
 1. admit: a message that can never succeed (bad input) goes to the DLQ at once, with its
    reason; so does one delivered more than ``max_attempts`` times (its holders died with it);
@@ -50,7 +52,7 @@ per entry) and the producer's field order is recognised at a glance
 work of a message is nothing (an instant handler's ``process_run``); a task per run, not per
 message; one pass over a run per step; no object per message beyond its delivery and its
 event: a run's charges are one flat list (:meth:`~solutions.handler.Handler.charges`,
-:class:`~solutions.ledger.Charges`; a ``Charge`` per message cost about 4k instructions); the
+:class:`~solutions.charges.Charges`; a ``Charge`` per message cost about 4k instructions); the
 ledger binds what its rows share once per statement and ``sqlite`` claims a batch's events
 from the charges just inserted (one ``INSERT OR IGNORE ... SELECT``: nothing bound twice);
 the next read is already on its way while a batch is worked on (``has_room`` in
@@ -72,25 +74,25 @@ import functools
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from solutions.acks import Acks
 from solutions.batching import Coalescer
+from solutions.charges import Charges
 from solutions.connection import REDIS_ERRORS, Streak, describe, not_the_message
 from solutions.handler import Handler
 from solutions.idempotency import Strategy, Verdict
-from solutions.ledger import Charges
 from solutions.messages import Delivery, OrderEvent, PermanentError
 from solutions.metrics import Metrics
+from solutions.outcomes import Outcomes
 from solutions.pool import Pool, Turn
+from solutions.runs import ALL_LANES, Item, ids_text, split_echoes, split_runs
 from solutions.sqlite_errors import LedgerUnavailable
 from solutions.store_breaker import StoreBreaker
 
 log = logging.getLogger(__name__)
 
-Item = tuple[Delivery, OrderEvent]
-ALL_LANES = "*"  # the lane of an instant handler's runs: each batch in line behind the previous one
+__all__ = ["ALL_LANES", "Pipeline", "Rules", "split_echoes", "split_runs"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,11 +118,11 @@ class Pipeline:
         self.breaker = breaker
         self._refused = Streak(log, "dedupe check of a batch", action="left pending, not counted as an attempt")
         self._unacked = Streak(log, "XACK of charged messages", action="left pending for the strategy to judge")
-        self._kept = Streak(log, "giving deliveries back (XCLAIM RETRYCOUNT)", action="they count as attempts")
         self._begins = Coalescer("begin", strategy.begin)
         self._records = Coalescer("record", self._record_flush, size=len, now=self._record_now)
         self._acknowledged: Coalescer[OrderEvent, None] = Coalescer("acknowledge", self._acknowledge_flush)
-        self._duplicates: Coalescer[str, None] = Coalescer("xack", self._ack_flush)
+        self.outcomes = Outcomes(strategy=strategy, acks=acks, metrics=metrics, consumer=rules.consumer,
+                                 max_attempts=rules.max_attempts)
 
     # -- dispatch: a read batch becomes runs ------------------------------------------------
 
@@ -132,15 +134,8 @@ class Pipeline:
         for lanes, run in runs:  # no await before this: the reader and the rescuer both dispatch
             self.pool.start([d.msg_id for d in run], lanes, functools.partial(self.run, run))
         if len(fresh) < len(deliveries):
-            await self._ack_deleted([d.msg_id for d in deliveries if d.fields is None])
+            await self.outcomes.ack_deleted([d.msg_id for d in deliveries if d.fields is None])
         return len(fresh)
-
-    async def _ack_deleted(self, ids: list[str]) -> None:
-        """Pending entries deleted from the stream: nothing to process, XACK them."""
-        if ids:
-            await self.acks.ack(ids)
-            self.metrics.inc("deleted", len(ids))
-            log.info("acked %s pending entries that were deleted from the stream", len(ids))
 
     # -- one run, top to bottom -------------------------------------------------------------
 
@@ -153,13 +148,13 @@ class Pipeline:
         try:
             done = await self._work(proceed)
         except asyncio.CancelledError:  # a drain deadline in the work: none of it was done
-            await self._undo([event for _, event in proceed])  # or its marks outlive it: a lost event
+            await self.outcomes.undo([event for _, event in proceed])  # or its marks outlive it: a lost event
             raise
         events, applied = await self._record(done)
         turn.done()
         acked = await self._acknowledge(events, applied) if events else False
         if echoes:
-            await self._settle_echoes(echoes, {event.dedupe_key for event in events} if acked else set())
+            await self.outcomes.settle_echoes(echoes, {event.dedupe_key for event in events} if acked else set())
 
     async def _admit(self, deliveries: list[Delivery]) -> list[Item]:
         """Parse, check the delivery count; dead-letter what can never succeed."""
@@ -169,11 +164,11 @@ class Pipeline:
             try:
                 event = parse(delivery)
             except PermanentError as exc:
-                await self._dead_letter(delivery, f"permanent: {exc}")
+                await self.outcomes.dead_letter(delivery, f"permanent: {exc}")
                 continue
             if delivery.deliveries > max_attempts:
                 reason = f"gave up: delivered {delivery.deliveries} times (max attempts {max_attempts})"
-                await self._dead_letter(delivery, reason)
+                await self.outcomes.dead_letter(delivery, reason)
             else:
                 todo.append((delivery, event))
         return todo
@@ -191,10 +186,10 @@ class Pipeline:
         except REDIS_ERRORS as exc:
             if not_the_message(exc):
                 self._refused.failed(exc)
-                await self._give_back([delivery for delivery, _ in todo])
+                await self.outcomes.give_back([delivery for delivery, _ in todo])
                 return []
             for delivery, _ in todo:
-                await self._failed(delivery, f"dedupe check failed: {describe(exc)}")
+                await self.outcomes.failed(delivery, f"dedupe check failed: {describe(exc)}")
             return []
         self._refused.recovered()
         proceed = [item for item, verdict in zip(todo, verdicts, strict=True) if verdict is Verdict.PROCEED]
@@ -206,7 +201,7 @@ class Pipeline:
                 # delivery proceeds. Dead-lettering it could race the holder's charge.
                 self.metrics.inc("errors", busy)
                 log.info("%s messages: another consumer holds their processing lease; left pending", busy)
-            await self._skip_duplicates(duplicates)
+            await self.outcomes.skip_duplicates(duplicates)
         return proceed
 
     async def _undo_when_decided(self, todo: list[Item], asked: asyncio.Future[list[Verdict]]) -> None:
@@ -218,7 +213,7 @@ class Pipeline:
             verdicts = await asked
         except Exception:  # the check failed: it set nothing that we could undo
             return
-        await self._undo([event for (_, event), v in zip(todo, verdicts, strict=True) if v is Verdict.PROCEED])
+        await self.outcomes.undo([event for (_, event), v in zip(todo, verdicts, strict=True) if v is Verdict.PROCEED])
 
     async def _undo_unless_recorded(self, events: list[OrderEvent], recorded: asyncio.Future[list[list[bool]]]) -> None:
         """Cancelled while the charges were on their way: their commit goes on without us. If it
@@ -226,7 +221,7 @@ class Pipeline:
         try:
             await recorded
         except Exception:
-            await self._undo(events)
+            await self.outcomes.undo(events)
 
     async def _work(self, todo: list[Item]) -> list[Item]:
         """The handler's work for the run (:meth:`~solutions.handler.Handler.process_run`), each
@@ -238,9 +233,9 @@ class Pipeline:
         if not failures:
             return todo
         failed = dict(failures)
-        await self._undo([todo[index][1] for index in failed])
+        await self.outcomes.undo([todo[index][1] for index in failed])
         for index, error in failed.items():
-            await self._failed(todo[index][0], f"{type(error).__name__}: {error}")
+            await self.outcomes.failed(todo[index][0], f"{type(error).__name__}: {error}")
         return [item for index, item in enumerate(todo) if index not in failed]
 
     async def _record(self, done: list[Item]) -> tuple[list[OrderEvent], list[bool]]:
@@ -264,14 +259,14 @@ class Pipeline:
                 (applied,) = await self._records.submit([charges])
         except LedgerUnavailable as exc:  # the store's fault: a pause, not an attempt
             self.breaker.failed(exc, len(done))
-            await self._undo(events)
-            await self._give_back([delivery for delivery, _ in done])
+            await self.outcomes.undo(events)
+            await self.outcomes.give_back([delivery for delivery, _ in done])
             return [], []
         except Exception as exc:  # anything else (the ledger refused these charges, a bug): an attempt
             self.metrics.inc("errors", len(done))
             log.warning("charge of %s messages failed, left pending for redelivery: %s", len(done), describe(exc),
                         exc_info=not isinstance(exc, sqlite3.Error))
-            await self._undo(events)  # or the redelivery looks like a duplicate
+            await self.outcomes.undo(events)  # or the redelivery looks like a duplicate
             return [], []
         return events, applied
 
@@ -289,71 +284,8 @@ class Pipeline:
         if not all(applied):
             skipped = [event.msg_id for event, ok in zip(events, applied, strict=True) if not ok]
             self.metrics.inc("dedupe_skipped", len(skipped))
-            log.info("already applied, acked without a second charge: %s", _ids(skipped))
+            log.info("already applied, acked without a second charge: %s", ids_text(skipped))
         return True
-
-    # -- the other outcomes -----------------------------------------------------------------
-
-    async def _undo(self, events: list[OrderEvent]) -> None:
-        try:
-            await self.strategy.abort(events)
-        except REDIS_ERRORS as exc:
-            log.warning("could not undo the dedupe marks of %s messages: %s", len(events), describe(exc))
-
-    async def _give_back(self, deliveries: list[Delivery]) -> None:
-        """Not the message's fault (Redis out of memory or away, the store down): leave it pending
-        and set its delivery count back, or restarts under OOM or a long store outage would
-        dead-letter good events. The caller logs the cause once (a streak, the breaker)."""
-        self.metrics.inc("errors", len(deliveries))
-        try:
-            await self.acks.give_back(deliveries, self.rules.consumer)
-        except REDIS_ERRORS as exc:
-            self._kept.failed(exc)
-            return
-        self._kept.recovered()
-
-    async def _skip_duplicates(self, deliveries: list[Delivery]) -> None:
-        if not deliveries:
-            return
-        try:
-            await self._duplicates.submit([d.msg_id for d in deliveries])
-        except REDIS_ERRORS as exc:
-            log.warning("ack of %s duplicates failed, left pending: %s", len(deliveries), describe(exc))
-            return
-        self.metrics.inc("acked", len(deliveries))
-        self.metrics.inc("dedupe_skipped", len(deliveries))
-        ids = _ids([d.msg_id for d in deliveries])
-        log.info("duplicates (dedupe marker present), acked without processing: %s", ids)
-
-    async def _settle_echoes(self, echoes: list[tuple[Delivery, str]], acked: set[str]) -> None:
-        """Ack an echo whose event was just charged and acked; otherwise leave it pending for a retry."""
-        await self._skip_duplicates([delivery for delivery, key in echoes if key in acked])
-        left = [delivery.msg_id for delivery, key in echoes if key not in acked]
-        if left:
-            self.metrics.inc("errors", len(left))
-            log.info("same event as another message of its run, which failed; left pending: %s", _ids(left))
-
-    async def _failed(self, delivery: Delivery, reason: str) -> None:
-        self.metrics.inc("errors")
-        if delivery.deliveries >= self.rules.max_attempts:
-            await self._dead_letter(delivery, reason)
-            return
-        log.info(
-            "%s: attempt %s of %s failed, left pending for redelivery: %s",
-            delivery.msg_id,
-            delivery.deliveries,
-            self.rules.max_attempts,
-            reason,
-        )
-
-    async def _dead_letter(self, delivery: Delivery, reason: str) -> None:
-        try:
-            moved = await self.acks.dead_letter(delivery, reason)
-        except REDIS_ERRORS as exc:
-            log.warning("%s: dead-lettering failed, left pending: %s", delivery.msg_id, describe(exc))
-            return
-        if moved:
-            self.metrics.inc("dead_lettered")
 
     # -- batching ---------------------------------------------------------------------------
 
@@ -377,10 +309,6 @@ class Pipeline:
         await self.strategy.acknowledge(events)
         return [None] * len(events)
 
-    async def _ack_flush(self, ids: list[str]) -> list[None]:
-        await self.acks.ack(list(dict.fromkeys(ids)))
-        return [None] * len(ids)
-
     @property
     def charges_on_their_way(self) -> int:
         """Charges handed to the ledger and not yet committed (or failed)."""
@@ -391,7 +319,7 @@ class Pipeline:
         True if all landed."""
         deadline = time.monotonic() + timeout_s
         settled = True
-        for coalescer in (self._begins, self._records, self._acknowledged, self._duplicates):
+        for coalescer in (self._begins, self._records, self._acknowledged, self.outcomes.duplicates):
             settled = await coalescer.wait_idle(max(0.0, deadline - time.monotonic())) and settled
         return settled
 
@@ -406,43 +334,3 @@ def _each(batches: list[Charges], applied: list[bool]) -> list[list[bool]]:
         each.append(applied[start : start + len(batch)])
         start += len(batch)
     return each
-
-
-def split_runs(
-    deliveries: list[Delivery], *, instant: bool, order_key: str
-) -> Iterator[tuple[list[str], list[Delivery]]]:
-    """``(lanes, deliveries)`` per run, in stream order: an instant handler's batch is one run on
-    :data:`ALL_LANES`; otherwise one run per value of ``order_key`` (a message without one, or
-    with no ``order_key`` at all, is a run of its own on no lane)."""
-    if not deliveries:
-        return
-    if instant:
-        yield [ALL_LANES], deliveries
-        return
-    by_lane: dict[str, list[Delivery]] = {}
-    for delivery in deliveries:
-        lane = delivery.text(order_key) if order_key else None
-        if lane is None:
-            yield [], [delivery]
-        else:
-            by_lane.setdefault(lane, []).append(delivery)
-    for lane, run in by_lane.items():
-        yield [lane], run
-
-
-def _ids(ids: list[str], most: int = 10) -> str:
-    """Message ids for a log line: the first ``most``, then how many more."""
-    more = f" (+{len(ids) - most} more)" if len(ids) > most else ""
-    return ",".join(ids[:most]) + more
-
-
-def split_echoes(todo: list[Item]) -> tuple[list[Item], list[tuple[Delivery, str]]]:
-    """With dedupe on, a run carrying the same event twice does it once; the echoes wait for it."""
-    first: dict[str, Item] = {}
-    echoes: list[tuple[Delivery, str]] = []
-    for delivery, event in todo:
-        if event.dedupe_key in first:
-            echoes.append((delivery, event.dedupe_key))
-        else:
-            first[event.dedupe_key] = (delivery, event)
-    return (list(first.values()), echoes) if echoes else (todo, [])

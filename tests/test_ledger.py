@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from solutions.ledger import Charge, Charges, Ledger
+from solutions.charges import Charge, Charges
+from solutions.ledger import Ledger
 from solutions.sqlite_errors import Fault, LedgerUnavailable
 
 

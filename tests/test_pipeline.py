@@ -15,8 +15,8 @@ import pytest
 import redis
 from billing_support import charge_counts, produce, running, settings, until
 
+from solutions.charges import Charges
 from solutions.handler import BillingHandler
-from solutions.ledger import Charges
 from solutions.messages import Delivery, OrderEvent, flat_fields
 from solutions.pipeline import ALL_LANES, split_runs
 
