@@ -69,9 +69,12 @@ def test_installed_flavours_report_their_version(monkeypatch: pytest.MonkeyPatch
     assert binaries.require("redis-sentinel") and binaries.require("redis-cli")
 
 
-def test_only_redis_8_2_and_later_moves_a_groups_lag_on_trim() -> None:
-    """The servers measured: Redis 7.0.15 and Valkey 8.0.1 keep counting trimmed entries, Redis 8.2.3 does not."""
+def test_only_redis_8_0_and_later_stops_counting_trimmed_entries_in_a_groups_lag() -> None:
+    """The servers measured: Redis 7.0.15 and Valkey 8.0.1 keep counting trimmed entries, Redis 8.2.3 does not;
+    the change came with Redis 8.0 (redis/redis#13473 in 8.0-M01, #13958 in the 8.0.0 notes)."""
     assert not flavours.trim_moves_group_lag({"redis_version": "7.0.15"})
     valkey = {"redis_version": "7.2.4", "valkey_version": "8.0.1", "server_name": "valkey"}
     assert not flavours.trim_moves_group_lag(valkey)
     assert flavours.trim_moves_group_lag({"redis_version": "8.2.3"})
+    assert flavours.trim_moves_group_lag({"redis_version": "8.0.0"})  # the change came with 8.0 (#13473, #13958)
+    assert not flavours.trim_moves_group_lag({"redis_version": "7.4.1"})

@@ -110,10 +110,13 @@ def is_valkey(info: Mapping[str, object]) -> bool:
 
 
 def trim_moves_group_lag(info: Mapping[str, object]) -> bool:
-    """Whether trimming past a group's cursor also moves the group's count, so ``lag`` is not inflated.
+    """Whether ``XINFO GROUPS`` stops counting trimmed entries in a group's ``lag`` (Redis 8.0 and later).
 
-    Measured here (5 entries, 1 read, ``XTRIM MAXLEN = 1``; then the group reads the rest): Redis
-    7.0.15 and Valkey 8.0.1 say lag 4, then 3 (the trimmed entries stay counted); Redis 8.2.3 says
-    1, then 0. Versions between 7.0 and 8.2 were not checked: they count as the older behaviour.
+    The trim itself never touches a group. What changed in Redis 8.0 (redis/redis#13473 in 8.0-M01,
+    completed by #13958: «XTRIM, XADD - incorrect lag due to trimming stream» in the 8.0.0 notes) is
+    how ``XINFO`` reports ``lag``: when the group's cursor is behind the stream's first entry, the
+    entries that remain are its lag, and the next read recomputes its ``entries-read``. Measured here
+    (5 entries, 1 read, ``XTRIM MAXLEN = 1``; then the group reads the rest): Redis 7.0.15 and Valkey
+    8.0.1 say lag 4, then 3 (the trimmed entries stay counted); Redis 8.2.3 says 1, then 0.
     """
-    return not is_valkey(info) and server_version(info) >= (8, 2, 0)
+    return not is_valkey(info) and server_version(info) >= (8, 0, 0)
