@@ -1,41 +1,74 @@
 """Waiting for a condition with a deadline: the one polling rule of the labs, experiments and tests.
 
 Every wait for something a fault, a process or Redis must do first is a poll with a deadline,
-never a sleep and a hope:
+never a sleep and a hope. One name per meaning, and an ``_async`` twin for each that runs inside
+an event loop (the worker's tasks go on between polls):
 
-- :func:`wait_until` polls ``predicate`` until it is truthy and returns that value, else raises
-  :class:`TimeoutError` naming what it waited for;
-- :func:`poll` is the same without the error: True once the predicate held, False at the deadline;
-- :func:`until` and :func:`poll_async` are both inside an event loop (the worker's tasks run
-  between polls); ``in_thread`` runs a predicate that queries Redis or SQLite in a thread.
+- :func:`wait_until` / :func:`wait_until_async`: poll ``predicate`` until it is truthy and return
+  that value, else raise (:class:`TimeoutError` by default, ``error=`` for another type) with a
+  message naming what it waited for;
+- :func:`poll` / :func:`poll_async`: the same without the error: True once the predicate held,
+  False at the deadline;
+- :func:`poll_value` / :func:`poll_value_async`: read a value until ``done(value)`` or the
+  deadline, and return the last value read either way (the caller judges it);
+- :func:`every`: a loop body run every ``period_s`` for ``for_s`` seconds or until a ``stop``
+  event (a watch, a load that runs for its duration): the loop's clock lives here, not in the caller;
+- :func:`seconds_left`: what is left of an absolute ``time.monotonic()`` deadline handed down
+  by a caller.
+
+``until`` is the old name of :func:`wait_until_async`, kept only for ``tests/billing_support.py``
+(which re-exports it to the worker's tests); it is deprecated: write ``wait_until_async``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["poll", "poll_async", "until", "wait_until"]
+What = str | Callable[[], str]
+"""What a wait waits for, in words; a callable is asked at the deadline (it may name the last state seen)."""
+
+__all__ = [
+    "every",
+    "poll",
+    "poll_async",
+    "poll_value",
+    "poll_value_async",
+    "seconds_left",
+    "until",
+    "wait_until",
+    "wait_until_async",
+]
 
 
-def _timed_out(timeout_s: float, what: str) -> TimeoutError:
-    return TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+def _timed_out(timeout_s: float, what: What, error: Callable[[str], Exception]) -> Exception:
+    text = what() if callable(what) else what
+    return error(f"timed out after {timeout_s:g} s waiting for {text}")
+
+
+def seconds_left(deadline: float) -> float:
+    """What is left (never below 0) of ``deadline``, a point on the ``time.monotonic()`` clock."""
+    return max(0.0, deadline - time.monotonic())
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout_s: float,
-    what: str,
+    what: What,
     poll_s: float = 0.05,
     ignoring: tuple[type[Exception], ...] = (),
+    error: Callable[[str], Exception] = TimeoutError,
 ) -> T:
-    """Poll until ``predicate()`` is truthy and return it; :class:`TimeoutError` naming ``what`` otherwise.
+    """Poll until ``predicate()`` is truthy and return it; ``error`` (a :class:`TimeoutError` by
+    default) naming ``what`` otherwise.
 
-    Exceptions listed in ``ignoring`` count as "not yet" (an endpoint that is still starting).
+    Exceptions listed in ``ignoring`` count as "not yet" (an endpoint that is still starting); an
+    exception the predicate raises otherwise ends the wait (a process that died while awaited).
     """
     deadline = time.monotonic() + timeout_s
     while True:
@@ -46,7 +79,7 @@ def wait_until(
         if value:
             return value
         if time.monotonic() > deadline:
-            raise _timed_out(timeout_s, what)
+            raise _timed_out(timeout_s, what, error)
         time.sleep(poll_s)
 
 
@@ -60,16 +93,61 @@ def poll(predicate: Callable[[], object], timeout_s: float, poll_s: float = 0.01
     return bool(predicate())
 
 
-async def until(predicate: Callable[[], T], timeout_s: float, what: str, poll_s: float = 0.02, *,
-                in_thread: bool = False) -> T:
-    """:func:`wait_until` inside an event loop."""
+def poll_value(read: Callable[[], T], done: Callable[[T], object], timeout_s: float, poll_s: float = 0.05) -> T:
+    """Call ``read`` until ``done(value)`` holds or ``timeout_s`` passes; the last value read."""
+    deadline = time.monotonic() + timeout_s
+    while not done(value := read()) and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    return value
+
+
+def every(period_s: float | Callable[[], float], for_s: float, stop: threading.Event | None = None) -> Iterator[float]:
+    """Yield the seconds elapsed at ``0, period_s, 2 * period_s, ...`` for ``for_s`` seconds, or until
+    ``stop`` is set (it also cuts a pause short).
+
+    Each value is due one period after the one before: a slow body is made up for by a shorter
+    pause, never by a burst beyond the schedule. A callable ``period_s`` is asked after each body
+    (a backoff after failures). ``break`` ends the loop early, as in any ``for``; a ``for ... else``
+    runs its ``else`` when the time was up or ``stop`` was set.
+    """
+    started = next_at = time.monotonic()
+    while (elapsed_s := time.monotonic() - started) < for_s and not (stop is not None and stop.is_set()):
+        yield elapsed_s
+        next_at += period_s() if callable(period_s) else period_s
+        pause_s = min(next_at, started + for_s) - time.monotonic()
+        if pause_s > 0:
+            if stop is None:
+                time.sleep(pause_s)
+            else:
+                stop.wait(pause_s)
+
+
+async def _call(predicate: Callable[[], T], in_thread: bool) -> T:
+    return await asyncio.to_thread(predicate) if in_thread else predicate()
+
+
+async def wait_until_async(
+    predicate: Callable[[], T | None],
+    timeout_s: float,
+    what: What,
+    poll_s: float = 0.02,
+    *,
+    in_thread: bool = False,
+    ignoring: tuple[type[Exception], ...] = (),
+    error: Callable[[str], Exception] = TimeoutError,
+) -> T:
+    """:func:`wait_until` inside an event loop; ``in_thread`` runs a predicate that queries Redis or
+    SQLite in a thread."""
     deadline = time.monotonic() + timeout_s
     while True:
-        value = await asyncio.to_thread(predicate) if in_thread else predicate()
+        try:
+            value = await _call(predicate, in_thread)
+        except ignoring:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
-            raise _timed_out(timeout_s, what)
+            raise _timed_out(timeout_s, what, error)
         await asyncio.sleep(poll_s)
 
 
@@ -79,7 +157,21 @@ async def poll_async(predicate: Callable[[], object], timeout_s: float, poll_s: 
     Redis or the ledger while the worker's tasks go on)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if await asyncio.to_thread(predicate) if in_thread else predicate():
+        if await _call(predicate, in_thread):
             return True
         await asyncio.sleep(poll_s)
-    return bool(await asyncio.to_thread(predicate) if in_thread else predicate())
+    return bool(await _call(predicate, in_thread))
+
+
+async def poll_value_async(read: Callable[[], Awaitable[T]], done: Callable[[T], object], timeout_s: float,
+                           poll_s: float = 0.05) -> T:
+    """:func:`poll_value` inside an event loop, for a ``read`` that is a coroutine function (an
+    asyncio Redis client's command); the last value read."""
+    deadline = time.monotonic() + timeout_s
+    while not done(value := await read()) and time.monotonic() < deadline:
+        await asyncio.sleep(poll_s)
+    return value
+
+
+until = wait_until_async
+"""Deprecated: the old name of :func:`wait_until_async` (used through ``tests/billing_support.py``)."""

@@ -28,6 +28,7 @@ __all__ = ["ClusterRecovery", "ThroughputPoint", "one_kill", "scaling"]
 from labs.experiments.cluster_worker import running, startup_nodes, worker_settings
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import owner, replicas_of
+from labs.polling import wait_until_async
 from solutions.cluster_router import ClusterRouter, RoutingOptions
 from solutions.shards import ensure_shards, slot_of
 from solutions.worker import Worker
@@ -84,11 +85,7 @@ async def _first_write_after(client: RedisCluster, key: str, killed_at: asyncio.
 async def _acked_past(worker: Worker, shard: str, floor: int, what: str) -> None:
     """Wait until the worker has acked more than ``floor`` messages of ``shard``, sampling every
     ``SAMPLE_S`` (the recovery figures are read off this); TimeoutError naming ``what``."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while worker.shard_counts()[shard].acked <= floor:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {READY_TIMEOUT_S} s waiting for {what}")
-        await asyncio.sleep(SAMPLE_S)
+    await wait_until_async(lambda: worker.shard_counts()[shard].acked > floor, READY_TIMEOUT_S, what, SAMPLE_S)
 
 
 async def one_kill(topology: ClusterTopology, ledger: Path, stream: str, *, rate: float = 300.0) -> ClusterRecovery:

@@ -40,6 +40,7 @@ from labs.bench import placement
 from labs.bench.shapes import SHAPES
 from labs.experiments import ceiling
 from labs.launcher.process import cpu_s
+from labs.polling import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -150,15 +151,22 @@ def run(consumer: Consumer, url: str, stream: str, group: str, n: int, workdir: 
 def _poll(client: redis.Redis, proc: subprocess.Popen[bytes], label: str, stream: str, group: str, n: int,
           timeout_s: float, log_path: Path) -> list[Sample]:
     samples: list[Sample] = [(time.perf_counter(), acked(client, stream, group), cpu_s(proc.pid))]
-    deadline = samples[0][0] + timeout_s
-    while samples[-1][1] < n:
+
+    def all_acked() -> bool:
+        if samples[-1][1] >= n:
+            return True
         if proc.poll() is not None and acked(client, stream, group) < n:
             tail = log_path.read_text(errors="replace")[-1500:]
             raise RuntimeError(f"{label} exited ({proc.returncode}) after {samples[-1][1]} of {n}:\n{tail}")
-        if samples[-1][0] > deadline:
-            raise RuntimeError(f"{label}: {samples[-1][1]} of {n} acked in {timeout_s:.0f} s")
-        time.sleep(POLL_S)
+        return False
+
+    def sample() -> bool:
         samples.append((time.perf_counter(), acked(client, stream, group), cpu_s(proc.pid)))
+        return all_acked()
+
+    if not all_acked():
+        wait_until(sample, timeout_s, lambda: f"{label}: {n} acked ({samples[-1][1]} were)", POLL_S,
+                   error=RuntimeError)
     return samples
 
 

@@ -20,6 +20,7 @@ from redis.asyncio.sentinel import Sentinel
 from labs.experiments.ceiling import order_fields
 from labs.experiments.worker_runs import bench_settings
 from labs.launcher.topology import MASTER_NAME, SentinelTopology
+from labs.polling import wait_until_async
 from solutions.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -106,11 +107,7 @@ async def _first_ack_after(worker: Worker, kill: Kill, stop: asyncio.Event) -> f
 async def _under_load(worker: Worker, acked: int, timeout_s: float) -> None:
     """Wait (with a deadline) until the worker has acked ``acked`` messages: the kill comes only
     once the worker is confirmed to be charging, never after a guessed pause."""
-    deadline = time.monotonic() + timeout_s
-    while worker.counts.acked < acked:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for the worker's first {acked} acks")
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: worker.counts.acked >= acked, timeout_s, f"the worker's first {acked} acks", 0.01)
 
 
 async def one_failover(topo: SentinelTopology, ledger: Path, stream: str, timeout_s: float = 30.0) -> Recovery:

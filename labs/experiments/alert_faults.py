@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import redis
 
 from labs.launcher.prom_api import Alert, PrometheusAPI
+from labs.polling import every, wait_until
 
 POLL_S = 0.5
 ENTRY_BYTES = 1024
@@ -56,19 +57,19 @@ def wait_fired(
     Raises TimeoutError naming what did not fire (and what the alerts are) at the deadline.
     """
     seen: dict[str, tuple[Alert, float]] = {}
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def all_fired() -> bool:
         now = time.time()
         for alert in api.firing():
             if alert.name in expected and alert.name not in seen and _matches(alert, expected[alert.name]):
                 seen[alert.name] = (alert, now)
-        if len(seen) == len(expected):
-            break
-        if time.monotonic() > deadline:
-            missing = sorted(set(expected) - set(seen))
-            states = ", ".join(f"{a.name}:{a.state}" for a in api.alerts()) or "none"
-            raise TimeoutError(f"{missing} did not fire within {timeout_s:g} s; alerts now: {states}")
-        time.sleep(POLL_S)
+        return len(seen) == len(expected)
+
+    def missing() -> str:
+        states = ", ".join(f"{a.name}:{a.state}" for a in api.alerts()) or "none"
+        return f"{sorted(set(expected) - set(seen))} to fire; alerts now: {states}"
+
+    wait_until(all_fired, timeout_s, missing, POLL_S)
     return {name: _fired(api, alert, seen_at, fault_at) for name, (alert, seen_at) in seen.items()}
 
 
@@ -103,12 +104,10 @@ def watch_quiet(
 ) -> QuietWindow:
     """Watch ``/api/v1/alerts`` for ``watch_s``: every relevant alert, by kind (see :class:`QuietWindow`)."""
     seen: dict[str, dict[tuple[str, str], Alert]] = {"loud": {}, "pending": {}, "info": {}}
-    started = time.monotonic()
-    while time.monotonic() - started < watch_s:
+    for _ in every(POLL_S, watch_s):
         for alert in filter(relevant, api.alerts()):
             kind = "info" if alert.severity == "info" else "loud" if alert.state == "firing" else "pending"
             seen[kind][(alert.name, repr(sorted(alert.labels.items())))] = alert
-        time.sleep(POLL_S)
     return QuietWindow(*(list(seen[k].values()) for k in ("loud", "pending", "info")))
 
 
@@ -161,17 +160,13 @@ class MemoryFiller(threading.Thread):
     def run(self) -> None:
         client = redis.Redis.from_url(self.url, socket_timeout=5)
         payload = "x" * ENTRY_BYTES
-        interval_s = ENTRY_BYTES / self.bytes_per_s
-        started = next_at = time.monotonic()
         try:
-            while not self.stop_event.is_set() and time.monotonic() - started < self.max_s:
+            for _ in every(ENTRY_BYTES / self.bytes_per_s, self.max_s, self.stop_event):
                 try:
                     client.xadd(self.stream, {"payload": payload})
                 except redis.exceptions.OutOfMemoryError as exc:
                     self.first_oom_at, self.first_oom_error = time.time(), f"OOM {exc}"
                     return
                 self.written += 1
-                next_at += interval_s
-                self.stop_event.wait(max(0.0, next_at - time.monotonic()))
         finally:
             client.close()

@@ -28,6 +28,7 @@ from labs.experiments.replication import TailLossResult, count_tail, write_tail_
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import owner, replicas_of
 from labs.launcher.errors import LauncherError
+from labs.polling import wait_until_async
 from solutions.cluster_router import ClusterRouter, RoutingOptions, ShardClient
 from solutions.shards import plan_tags, shard_name, slot_of
 
@@ -147,13 +148,10 @@ async def _write(client: ShardClient, acks: list[float], stop: asyncio.Event, pe
 
 async def _every_shard_acked(acks: dict[str, list[float]], writers: list[asyncio.Task[None]]) -> None:
     """Wait until every shard's writer has had a write acknowledged (or one of them stopped)."""
-    deadline = time.monotonic() + FAILOVER_TIMEOUT_S
-    while not all(acks.values()):
-        if any(w.done() for w in writers):
-            await asyncio.gather(*writers)  # raises what stopped it
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {FAILOVER_TIMEOUT_S} s waiting for a first ack on every shard")
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: all(acks.values()) or any(w.done() for w in writers), FAILOVER_TIMEOUT_S,
+                           "a first ack on every shard", 0.01)
+    if not all(acks.values()):
+        await asyncio.gather(*writers)  # raises what stopped it
 
 
 def _longest_gap(times: list[float], since: float) -> float:

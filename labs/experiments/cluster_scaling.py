@@ -11,8 +11,7 @@ Both run :class:`~solutions.worker.Worker` on a :class:`~solutions.cluster_site.
 
 from __future__ import annotations
 
-import asyncio
-import time
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from labs.experiments.cluster_load import charged_count, event, fill, key_order_violations, read_charges
 from labs.experiments.cluster_worker import GROUP, running, startup_nodes, wait_charged, worker_settings
 from labs.launcher.cluster import ClusterTopology
+from labs.polling import poll_async
 from solutions.cluster_router import ClusterRouter
 from solutions.shards import ShardSet, ensure_shards, registry_key, shard_of
 
@@ -53,13 +53,15 @@ async def throughput(
             settings = worker_settings(startup, name, n, ledger, handler_delay_ms=handler_delay_ms,
                                        parallelism=parallelism, count=count or 2 * parallelism)
             async with running(settings):
-                deadline = time.monotonic() + 60
-                while charged_count(ledger) < events and time.monotonic() < deadline:
-                    await asyncio.sleep(0.05)
+                await poll_async(functools.partial(_charged_all, ledger, events), 60, 0.05, in_thread=False)
             charges = read_charges(ledger)
             points.append(ThroughputPoint(n, len(charges), charges[-1].t - charges[0].t))
             await delete_shards(router, shards)
     return points
+
+
+def _charged_all(ledger: Path, events: int) -> bool:
+    return charged_count(ledger) >= events
 
 
 async def delete_shards(router: ClusterRouter, shards: ShardSet) -> None:

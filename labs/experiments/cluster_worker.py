@@ -40,7 +40,7 @@ from labs.experiments.cluster_load import (
 )
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.reshard import move_slot
-from labs.polling import wait_until_async
+from labs.polling import poll_async, poll_value_async, wait_until_async
 from solutions.cluster_router import ClusterRouter
 from solutions.cluster_site import ClusterSite
 from solutions.drain import drain_bound_s
@@ -76,9 +76,7 @@ async def running(settings: Settings) -> Any:
     """A sharded worker as a task for the duration of the block, then drained."""
     worker = Worker(settings, site=ClusterSite(settings))
     task = asyncio.create_task(worker.run())
-    deadline = time.monotonic() + 15
-    while not worker.started.is_set() and not task.done() and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    await poll_async(lambda: worker.started.is_set() or task.done(), 15, 0.01, in_thread=False)
     if task.done():
         task.result()  # raises what stopped it
     try:
@@ -115,12 +113,10 @@ def tasks_waiting_at(prefix: str = "") -> str:
 
 async def wait_charged(ledger: Path, event_ids: set[str], timeout_s: float) -> list[Charged]:
     """Poll the ledger until every event id in ``event_ids`` is charged (or the deadline); its rows."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        charges = read_charges(ledger)
-        if event_ids <= {c.event_id for c in charges} or time.monotonic() > deadline:
-            return charges
-        await asyncio.sleep(0.05)
+    async def read() -> list[Charged]:
+        return read_charges(ledger)
+
+    return await poll_value_async(read, lambda charges: event_ids <= {c.event_id for c in charges}, timeout_s)
 
 
 async def pending_counts(router: ClusterRouter, shards: ShardSet) -> list[int]:
@@ -228,7 +224,8 @@ async def _under_load(
             writing = asyncio.create_task(writers.run(stop))
             await asyncio.sleep(before_s)
             if min_sent:  # the writers share this loop with the worker: a starved machine sends fewer in before_s
-                await wait_until_async(lambda: len(writers.sent) >= min_sent, WRITE_TIMEOUT_S, f"{min_sent} events sent")
+                await wait_until_async(lambda: len(writers.sent) >= min_sent, WRITE_TIMEOUT_S,
+                                       f"{min_sent} events sent")
             fault_at = time.time()
             old, new, fault_s, detail = await fault(router, shard_set) if fault else (0, 0, 0.0, {})
             await asyncio.sleep(after_s)
@@ -271,9 +268,7 @@ def _per_shard(charges: Sequence[Charged], shards: int) -> tuple[int, ...]:
 
 
 async def _wait_pending_zero(router: ClusterRouter, shards: ShardSet, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while sum(await pending_counts(router, shards)) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
+    await poll_value_async(lambda: pending_counts(router, shards), lambda counts: sum(counts) == 0, timeout_s, 0.1)
 
 
 async def _pel_row(client: Any, name: str, msg_id: Any) -> dict[str, Any]:

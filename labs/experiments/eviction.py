@@ -23,7 +23,6 @@ import contextlib
 import logging
 import shutil
 import signal
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ import redis
 
 from labs.launcher import ports
 from labs.launcher.process import RedisProcess
+from labs.polling import poll_value
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +94,9 @@ def prepare_queue(client: redis.Redis, stream: str, *, entries: int = 20, taken:
 
 def wait_idle(client: redis.Redis, key: str, min_idle_s: int = 1, timeout_s: float = 5.0) -> int:
     """Poll ``OBJECT IDLETIME key`` (it does not touch the key) until it reaches ``min_idle_s``."""
-    deadline = time.monotonic() + timeout_s
-    while (idle := int(client.object("idletime", key) or 0)) < min_idle_s:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{key} stayed idle {idle} s < {min_idle_s} s for {timeout_s} s")
-        time.sleep(0.05)
+    idle = poll_value(lambda: int(client.object("idletime", key) or 0), lambda s: s >= min_idle_s, timeout_s)
+    if idle < min_idle_s:
+        raise TimeoutError(f"{key} stayed idle {idle} s < {min_idle_s} s for {timeout_s} s")
     return idle
 
 

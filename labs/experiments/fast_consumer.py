@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 
 from labs.experiments import ceiling, worker_runs
 from labs.experiments.worker_procs import produce_backlog
+from labs.polling import poll_async
 from solutions.connection import PackingConnection
 from solutions.handler import BillingHandler, Failures, Slot
 from solutions.ledger import Charges
@@ -106,9 +107,7 @@ async def batch_run(url: str, stream: str, ledger: Path, n: int = 3000, count: i
     worker = Worker(settings, handler=handler, client=client)
     task = asyncio.create_task(worker.run())
     try:
-        deadline = time.monotonic() + 30
-        while worker.metrics.values.processed < n and not task.done() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await poll_async(lambda: worker.metrics.values.processed >= n or task.done(), 30, 0.02, in_thread=False)
     finally:
         worker.request_stop()
         await asyncio.wait_for(task, 30)

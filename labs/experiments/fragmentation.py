@@ -201,12 +201,9 @@ def try_activedefrag(client: redis.Redis, *, wait_s: float = DEFRAG_WAIT_S) -> D
     except redis.ResponseError as exc:
         return Defrag(str(exc), None)
     try:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            time.sleep(0.5)
-            if int(client.info("memory").get("active_defrag_running", 0)) == 0 and \
-                    int(client.info("stats").get("active_defrag_hits", 0)) > 0:
-                break
+        time.sleep(0.5)  # the defragmenter's first cycle starts on the server's next cron tick
+        poll(lambda: int(client.info("memory").get("active_defrag_running", 0)) == 0
+             and int(client.info("stats").get("active_defrag_hits", 0)) > 0, wait_s, 0.5)
         return Defrag(None, MemoryView.read(client))
     finally:
         client.config_set("activedefrag", "no")

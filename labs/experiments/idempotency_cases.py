@@ -28,6 +28,7 @@ from labs import replies
 from labs.experiments.read_loop import GROUP, fresh_group
 from labs.launcher import ports
 from labs.launcher.process import RedisProcess
+from labs.polling import wait_until
 
 
 @dataclass(frozen=True)
@@ -208,11 +209,8 @@ def marker_lost_in_failover(pair: Pair, stream: str, timeout_s: float = 10.0) ->
 
 
 def _wait_linked(replica: redis.Redis, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while replica.info("replication").get("master_link_status") != "up":
-        if time.monotonic() > deadline:
-            raise RuntimeError("the replica did not link to its master")
-        time.sleep(0.02)
+    wait_until(lambda: replica.info("replication").get("master_link_status") == "up", timeout_s,
+               "the replica to link to its master", 0.02, error=RuntimeError)
 
 
 def marker_cases(client: redis.Redis, prefix: str, pair: Pair) -> list[Case]:

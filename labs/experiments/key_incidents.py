@@ -27,6 +27,7 @@ from labs.experiments import eviction
 from labs.experiments.alert_faults import Fired, wait_fired
 from labs.launcher import binaries
 from labs.launcher.prom_api import PrometheusAPI
+from labs.polling import poll_value
 
 CLI_TIMEOUT_S = 30.0
 _BIGGEST = re.compile(r"^Biggest\s+(\w+) found '?\"?(.+?)\"?'? has (\d+) (\w+)", re.MULTILINE)
@@ -163,13 +164,11 @@ def wait_scraped(api: PrometheusAPI, node: str, stream: str, length: int, timeou
     A scrape can land while the stream is being written (or show a previous run's series): the
     figure read before the fault is the one that matches what Redis holds, not the first one seen.
     """
-    deadline = time.monotonic() + timeout_s
-    while (seen := _stream_length(api, node, stream)) != length:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"Prometheus did not scrape {stream} on {node} at length {length} within "
-                               f"{timeout_s:g} s (last seen: {seen})")
-        time.sleep(0.5)
-    return seen
+    seen = poll_value(lambda: _stream_length(api, node, stream), lambda n: n == length, timeout_s, 0.5)
+    if seen != length:
+        raise TimeoutError(f"Prometheus did not scrape {stream} on {node} at length {length} within "
+                           f"{timeout_s:g} s (last seen: {seen})")
+    return length
 
 
 def evict_stream(
@@ -213,6 +212,5 @@ def evict_stream(
 
 def _wait_gone(api: PrometheusAPI, node: str, stream: str, until: float) -> float | None:
     """Poll until the stream's length series is gone (stale) or ``until`` (unix time); the last value."""
-    while (length := _stream_length(api, node, stream)) is not None and time.time() < until:
-        time.sleep(0.5)
-    return length
+    return poll_value(lambda: _stream_length(api, node, stream), lambda length: length is None,
+                      max(0.0, until - time.time()), 0.5)

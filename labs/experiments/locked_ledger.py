@@ -26,7 +26,7 @@ from pathlib import Path
 import redis
 
 from labs.experiments.pool_and_dlq import GROUP, add_orders, base_settings, charges
-from labs.polling import poll_async as until
+from labs.polling import poll_async
 from solutions.ledger import read_rows
 from solutions.metrics import Snapshot
 from solutions.worker import Worker
@@ -84,7 +84,7 @@ async def locked_ledger_run(
             sent = before + during
             try:
                 add_orders(client, stream, before)
-                await until(lambda: task.done() or charges(ledger) >= before, timeout_s)
+                await poll_async(lambda: task.done() or charges(ledger) >= before, timeout_s)
                 holder = sqlite3.connect(ledger, isolation_level=None, timeout=5)
                 holder.execute("BEGIN IMMEDIATE")  # the write lock: every write of the worker now waits, then fails
                 locked_at = time.monotonic()
@@ -104,7 +104,7 @@ async def locked_ledger_run(
                     done = len({row[0] for row in read_rows(ledger, CHARGED)}) + client.xlen(f"{stream}:dlq")
                     return int(client.xpending(stream, GROUP)["pending"]) == 0 and done >= sent
 
-                await until(lambda: task.done() or settled(), timeout_s)
+                await poll_async(lambda: task.done() or settled(), timeout_s)
                 finished = settled()
             finally:
                 worker.request_stop()

@@ -33,6 +33,7 @@ from labs.launcher.monitoring import Monitoring
 from labs.launcher.ports import free_port
 from labs.launcher.topology import Topology
 from labs.launcher.worker_targets import WorkerTarget
+from labs.polling import wait_until
 
 GROUP = worker_procs.GROUP
 LAB_TIMINGS = {"block_ms": 500, "min_idle_ms": 2000, "claim_interval_ms": 500, "metrics_interval_s": 1,
@@ -103,11 +104,8 @@ class MonitoredQueue:
 
     def wait_consuming(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Poll until every worker runs and the group has read entries (the producer writes)."""
-        deadline = time.monotonic() + timeout_s
-        while not (all(w.alive() for w in self.workers) and self.consumed() > 0):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the workers of {self.stream} consumed nothing in {timeout_s:g} s")
-            time.sleep(0.2)
+        wait_until(lambda: all(w.alive() for w in self.workers) and self.consumed() > 0, timeout_s,
+                   f"the workers of {self.stream} to consume", 0.2)
 
     def stop_workers(self) -> float:
         """The fault: SIGTERM every worker (they drain and exit; their targets stay); the time it began."""

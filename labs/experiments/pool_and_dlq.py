@@ -28,6 +28,7 @@ from typing import Any
 
 import redis
 
+from labs.polling import poll_async
 from solutions.metrics import Snapshot
 from solutions.settings import Settings
 from solutions.worker import Worker
@@ -67,15 +68,18 @@ def base_settings(redis_url: str, stream: str, ledger: Path, **overrides: Any) -
 async def run_until(worker: Worker, done: Callable[[], bool], timeout_s: float, on_tick: Callable[[], None]) -> bool:
     """Run ``worker`` as a task until ``done()`` (polled every 10 ms, ``on_tick`` each time) or the deadline."""
     task = asyncio.create_task(worker.run())
-    deadline = time.monotonic() + timeout_s
     finished = False
+
+    def ticked() -> bool:
+        nonlocal finished
+        if task.done():
+            return True
+        on_tick()
+        finished = done()
+        return finished
+
     try:
-        while time.monotonic() < deadline and not task.done():
-            on_tick()
-            if done():
-                finished = True
-                break
-            await asyncio.sleep(0.01)
+        await poll_async(ticked, timeout_s, 0.01, in_thread=False)
     finally:
         worker.request_stop()
         await asyncio.wait_for(task, timeout=30)

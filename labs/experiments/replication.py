@@ -29,6 +29,7 @@ from labs.experiments.persistence import count_present, write_acknowledged
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import POLL_S, RedisProcess
 from labs.launcher.topology import QUORUM, Address, SentinelTopology
+from labs.polling import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -258,9 +259,4 @@ def _state(value: object) -> str:
 
 
 def _poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(POLL_S)
-    raise LauncherError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+    wait_until(check, timeout_s, what, POLL_S, error=LauncherError)

@@ -33,7 +33,7 @@ from pathlib import Path
 import redis
 from redis.typing import EncodableT, FieldT
 
-from labs.polling import poll_async as until
+from labs.polling import poll_async
 from solutions.settings import Settings
 from solutions.worker import Worker
 
@@ -125,10 +125,10 @@ async def crash_and_rescue(
         worker = Worker(rescuer_settings(redis_url, stream, dedupe, ledger))
         task = asyncio.create_task(worker.run())
         try:
-            await until(lambda: _settled(client, stream, ledger, event_id, dedupe), timeout_s)
+            await poll_async(lambda: _settled(client, stream, ledger, event_id, dedupe), timeout_s)
             if not resend_while_pending:
                 client.xadd(stream, fields)  # then the producer re-sends the same event
-            await until(lambda: _settled(client, stream, ledger, event_id, dedupe), timeout_s)
+            await poll_async(lambda: _settled(client, stream, ledger, event_id, dedupe), timeout_s)
         finally:
             worker.request_stop()
             await asyncio.wait_for(task, timeout=timeout_s)
@@ -141,7 +141,7 @@ async def kill_inside_handler(client: redis.Redis, command: list[str], timeout_s
     stream = command[command.index("--stream") + 1]
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        held = await until(lambda: _held_by(client, stream, CRASHED), timeout_s)
+        held = await poll_async(lambda: _held_by(client, stream, CRASHED), timeout_s)
         await asyncio.sleep(0.3)  # well inside the handler's sleep
     finally:
         proc.kill()

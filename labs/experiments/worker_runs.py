@@ -7,6 +7,7 @@ import contextlib
 import time
 from pathlib import Path
 
+from labs.polling import wait_until_async
 from solutions.settings import Settings
 from solutions.worker import Worker
 
@@ -53,14 +54,15 @@ async def run_worker(settings: Settings, n: int, *, timeout_s: float = 300.0) ->
     values = worker.metrics.values
     task = asyncio.create_task(worker.run())
     started = time.perf_counter()
-    deadline = started + timeout_s
+
+    def all_processed() -> bool:
+        if values.processed < n and task.done():
+            raise RuntimeError(f"the worker stopped after {values.processed} of {n} messages")
+        return values.processed >= n
+
     try:
-        while values.processed < n:
-            if task.done():
-                raise RuntimeError(f"the worker stopped after {values.processed} of {n} messages")
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"the worker did {values.processed} of {n} in {timeout_s:.0f} s")
-            await asyncio.sleep(POLL_S)
+        await wait_until_async(all_processed, timeout_s, lambda: f"{n} messages (the worker did {values.processed})",
+                               POLL_S, error=RuntimeError)
         elapsed_s = time.perf_counter() - started
     finally:
         worker.request_stop()

@@ -32,6 +32,7 @@ from redis.typing import XPendingRangeEntry
 from labs.lab1.client import client as naming_client
 from labs.lab1.record import Recorder, Sample, ScenarioResult
 from labs.lab1.settings import Lab1Settings
+from labs.polling import poll_value
 from solutions.connection import is_busygroup
 
 log = logging.getLogger(__name__)
@@ -253,12 +254,14 @@ def run_scenario(
         while not sc.produced.wait(pause_s):
             _report(on_progress, "produce", sc.sample())
         result.produce_s = time.monotonic() - started
-        deadline = time.monotonic() + settings.drain_timeout_s
-        sample = sc.sample()
-        while not sc.drained(sample) and time.monotonic() < deadline:
+
+        def drained(sample: Sample) -> bool:
+            if sc.drained(sample):
+                return True
             _report(on_progress, "drain", sample)
-            time.sleep(pause_s)
-            sample = sc.sample()
+            return False
+
+        sample = poll_value(sc.sample, drained, settings.drain_timeout_s, pause_s)
         result.drained = sc.drained(sample)
         _report(on_progress, "done", sample)
         result.drain_s = time.monotonic() - started - result.produce_s

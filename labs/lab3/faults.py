@@ -36,6 +36,7 @@ from labs.lab3.cell import GROUP, Cell
 from labs.lab3.deployment import Deployment, Fault
 from labs.lab3.record import CrashRecord, read_charges
 from labs.lab3.settings import VICTIM, Lab3Settings
+from labs.polling import every
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +128,10 @@ class Crash:
 
     def _look(self, window_s: float, pause: int) -> None:
         """SIGSTOP each victim in turn, look, SIGKILL it if it holds a charged message, else SIGCONT."""
-        deadline = time.monotonic() + window_s
         time.sleep(FIRST_LOOK_S)
-        while self.left and time.monotonic() < deadline:
+        for _ in every(LOOK_EVERY_S, window_s - FIRST_LOOK_S):
+            if not self.left:
+                break
             for cell in list(self.left):
                 self.records[cell.name].tries = pause
                 proc = cell.workers[VICTIM]
@@ -142,7 +144,6 @@ class Crash:
                         self._kill(cell, held)
                     else:
                         proc.send_signal(signal.SIGCONT)
-            time.sleep(LOOK_EVERY_S)
 
     def _held(self, cell: Cell) -> list[str]:
         """Messages the victim charged that are still pending for it (charged, not acked)."""

@@ -31,6 +31,7 @@ from labs.lab3.record import CellRecord, CrashRecord, entries_by_event, read_cha
 from labs.lab3.sampler import Sampler
 from labs.lab3.settings import Lab3Settings
 from labs.lab3.streams import CellStreams
+from labs.polling import every, poll, wait_until
 from solutions.shards import slot_of
 
 log = logging.getLogger(__name__)
@@ -109,18 +110,18 @@ class Phase:
         for cell in self.cells:
             self.create_group(cell)
             cell.start()
-        deadline = time.monotonic() + READY_TIMEOUT_S
         per_cell = self.s.workers
         expected = per_cell * len(self.cells)
-        while time.monotonic() < deadline:
+
+        def reading() -> bool:
             for cell in self.cells:
                 if dead := dead_at_start(cell):
                     raise LabError(f"{cell.name}: {'; '.join(dead)}; see {cell.home}")
             consumers = sum(min(per_cell, len(self._consumers(c))) for c in self.cells)
-            if consumers >= expected or self._reading_clients() >= expected:
-                return
-            time.sleep(POLL_S)
-        log.warning("not every worker showed as reading within %.0f s; going on", READY_TIMEOUT_S)
+            return consumers >= expected or self._reading_clients() >= expected
+
+        if not poll(reading, READY_TIMEOUT_S, POLL_S):
+            log.warning("not every worker showed as reading within %.0f s; going on", READY_TIMEOUT_S)
 
     def _consumers(self, cell: Cell) -> set[str]:
         return self.streams(cell).consumers(GROUP)
@@ -133,25 +134,30 @@ class Phase:
         on a busy machine; the load counts from when all of them run)."""
         for cell in self.cells:
             cell.start_producer()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        for cell in self.cells:
-            while not (cell.sent_log.exists() and cell.sent_log.stat().st_size > 0):
-                if cell.producer is not None and cell.producer.poll() is not None:
-                    raise LabError(f"{cell.name}: the producer exited with {cell.producer.poll()}; see {cell.home}")
-                if time.monotonic() > deadline:
-                    raise LabError(f"{cell.name}: the producer sent nothing in {READY_TIMEOUT_S:.0f} s")
-                time.sleep(0.05)
+
+        def sent(cell: Cell) -> bool:
+            if cell.sent_log.exists() and cell.sent_log.stat().st_size > 0:
+                return True
+            if cell.producer is not None and cell.producer.poll() is not None:
+                raise LabError(f"{cell.name}: the producer exited with {cell.producer.poll()}; see {cell.home}")
+            return False
+
+        def all_sent() -> bool:
+            return all(sent(cell) for cell in self.cells)
+
+        wait_until(all_sent, READY_TIMEOUT_S, lambda: "a send from every producer (none from "
+                   f"{[c.name for c in self.cells if not sent(c)]})", 0.05, error=LabError)
 
     def load(self, t0: float) -> float:
         """Run the producers for the mode's duration, with the fault; returns when they stopped."""
         produce_s = self.s.produce_s_for(self.mode)
         faulted = self.mode == "normal"
-        while (elapsed := time.time() - t0) < produce_s:
+        for _ in every(POLL_S, produce_s - (time.time() - t0)):
+            elapsed = time.time() - t0
             if not faulted and elapsed >= self.s.fault_at_s:
                 self.inject()
                 faulted = True
             self.notify(f"{self.mode}: load {elapsed:.0f}/{produce_s:.0f} s", elapsed / produce_s)
-            time.sleep(POLL_S)
         for cell in self.cells:  # all at once: the cells stop together
             cell.signal_producer(signal.SIGINT)
         stopped = time.time()
@@ -187,14 +193,16 @@ class Phase:
         for thread in self._threads:
             thread.join(timeout=60)
         settled: dict[str, float | None] = {c.name: None for c in self.cells}
-        deadline = time.monotonic() + self.s.settle_timeout_s
-        while time.monotonic() < deadline and None in settled.values():
+
+        def all_settled() -> bool:
             for cell in self.cells:
                 if settled[cell.name] is None and self._idle(cell):
                     settled[cell.name] = time.time()
             waiting = sum(v is None for v in settled.values())
             self.notify(f"{self.mode}: drain, {waiting} cell(s) with pending or lag", 1.0)
-            time.sleep(POLL_S)
+            return waiting == 0
+
+        poll(all_settled, self.s.settle_timeout_s, POLL_S)
         return settled
 
     def _idle(self, cell: Cell) -> bool:

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Generic, Self, TypeVar
 
+from labs.polling import every, poll
+
 S = TypeVar("S")
 
 STOP_CALLED = "stop()"
@@ -87,13 +89,7 @@ class MonitorThread(ABC, Generic[S]):
 
     def wait_for(self, predicate: Callable[[list[S]], object], timeout_s: float = 10.0) -> bool:
         """Wait until ``predicate(samples)`` is true (or the thread stops); its last value."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if predicate(self.samples):
-                return True
-            if not self.running:
-                break
-            time.sleep(min(0.05, self.refresh_s))
+        poll(lambda: predicate(self.samples) or not self.running, timeout_s, min(0.05, self.refresh_s))
         return bool(predicate(self.samples))
 
     def wait_for_samples(self, count: int, timeout_s: float = 10.0) -> bool:
@@ -121,19 +117,20 @@ class MonitorThread(ABC, Generic[S]):
         started = time.monotonic()
         self._open()
         failures = 0
+
+        def pause_s() -> float:
+            return self.refresh_s if failures == 0 else self._backoff_s(failures)
+
         try:
-            while not self._stop.is_set():
-                elapsed_s = time.monotonic() - started
-                if elapsed_s >= self.max_duration_s:
-                    self.stop_reason = f"max_duration_s={self.max_duration_s:g}"
-                    break
+            for elapsed_s in every(pause_s, self.max_duration_s, self._stop):
                 failures = 0 if self._sample(elapsed_s) else failures + 1
                 early = self._early_stop_reason()
                 if early is not None:
                     self.stop_reason = early
                     break
-                pause_s = self.refresh_s if failures == 0 else self._backoff_s(failures)
-                self._stop.wait(min(pause_s, max(0.0, self.max_duration_s - elapsed_s)))
+            else:
+                if not self._stop.is_set():
+                    self.stop_reason = f"max_duration_s={self.max_duration_s:g}"
             if self.stop_reason == STOP_CALLED:
                 self._sample(time.monotonic() - started)  # the state at stop(), not a moment before
         finally:
