@@ -42,6 +42,7 @@ from labs.launcher.process import POLL_S, RedisProcess, command, log_tail
 from labs.launcher.sentinel import Address
 from labs.launcher.status import TopologyStatus
 from labs.launcher.topology import READY_TIMEOUT_S, Addresses, FailoverResult, Topology
+from labs.polling import seconds_left, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -159,19 +160,18 @@ class ClusterTopology(Topology):
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait until every node is ok with all slots served and every replica is linked."""
-        deadline = time.monotonic() + timeout_s
         problem = "not checked yet"
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
+            nonlocal problem
             for proc in self.servers:
                 if proc.pid() is None:
                     raise LauncherError(f"{proc.name} is not running; {proc.logfile}: {log_tail(proc.logfile)}")
-            if not (problem := readiness_problem(self.servers)):
-                return
-            time.sleep(POLL_S * 2)
-        raise LauncherError(
-            f"the cluster did not become ready in {timeout_s:.0f} s: {problem} "
-            f"(to start a new cluster: 'make down', then remove {self.home})"
-        )
+            problem = readiness_problem(self.servers)
+            return not problem
+
+        wait_until(ready, timeout_s, lambda: f"the cluster to become ready: {problem} (to start a new cluster: "
+                   f"'make down', then remove {self.home})", POLL_S * 2, error=LauncherError)
 
     # -- addresses and status -----------------------------------------------------------
 
@@ -246,11 +246,15 @@ class ClusterTopology(Topology):
     def wait_serving(self, new: ClusterNode, slot: int, deadline: float) -> None:
         """Poll until every live node says ok and names ``new`` as the master of ``slot``."""
         problem = "not checked yet"
-        while time.monotonic() < deadline:
-            if not (problem := self._serving_problem(new, slot)):
-                return
-            time.sleep(POLL_S)
-        raise LauncherError(f"the cluster did not settle on {new.port} as master of slot {slot} in time: {problem}")
+
+        def serving() -> bool:
+            nonlocal problem
+            problem = self._serving_problem(new, slot)
+            return not problem
+
+        wait_until(serving, seconds_left(deadline),
+                   lambda: f"the cluster to settle on {new.port} as master of slot {slot}: {problem}", POLL_S,
+                   error=LauncherError)
 
     def _serving_problem(self, new: ClusterNode, slot: int) -> str:
         for proc in self.servers:

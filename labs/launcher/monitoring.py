@@ -33,7 +33,6 @@ import hashlib
 import logging
 import os
 import signal
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +44,7 @@ from labs.launcher.rule_scale import TimeScale, format_duration, write_lab_copy
 from labs.launcher.service import ServiceProcess
 from labs.launcher.topology import TOPOLOGIES, Topology, default_run_dir
 from labs.launcher.worker_targets import WorkerTarget
+from labs.polling import poll_value
 
 log = logging.getLogger(__name__)
 
@@ -310,15 +310,15 @@ class Monitoring:
         """
         running = [self.topology(name) for name in self.running_topologies()]
         expected = {f"127.0.0.1:{n.port}" for topo in running for n in topology_nodes(topo)}
-        deadline = time.monotonic() + timeout_s
-        while True:
-            targets = [t for t in self.targets() if t.job in jobs]
-            if {t.labels.get("node") for t in targets} >= expected and all(t.health == "up" for t in targets):
-                return targets
-            if time.monotonic() > deadline:
-                bad = [f"{t.labels.get('node', t.url)} {t.health} {t.last_error}" for t in targets if t.health != "up"]
-                raise LauncherError(f"targets not up after {timeout_s:g} s: {'; '.join(bad) or 'no targets'}")
-            time.sleep(0.5)
+
+        def up(targets: list[Target]) -> bool:
+            return {t.labels.get("node") for t in targets} >= expected and all(t.health == "up" for t in targets)
+
+        targets = poll_value(lambda: [t for t in self.targets() if t.job in jobs], up, timeout_s, 0.5)
+        if not up(targets):
+            bad = [f"{t.labels.get('node', t.url)} {t.health} {t.last_error}" for t in targets if t.health != "up"]
+            raise LauncherError(f"targets not up after {timeout_s:g} s: {'; '.join(bad) or 'no targets'}")
+        return targets
 
     def problems(self) -> list[str]:
         """One line per process that should run and does not (exporters of running topologies, Prometheus)."""

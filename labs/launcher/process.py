@@ -24,6 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from labs.launcher.errors import LauncherError
+from labs.polling import poll, seconds_left
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +80,16 @@ def signal_and_wait(name: str, pid: int, sig: int, timeout_s: float) -> float:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
     deadline = time.monotonic() + timeout_s
-    while pid_alive(pid):
-        if time.monotonic() > deadline:
-            if sig == signal.SIGKILL:
-                raise LauncherError(f"{name} (pid {pid}) survived SIGKILL")
-            log.warning("%s (pid %s) ignored signal %s; sending SIGKILL", name, pid, sig)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            sig, deadline = signal.SIGKILL, time.monotonic() + timeout_s
-        time.sleep(POLL_S)
+    if poll(lambda: not pid_alive(pid), timeout_s, POLL_S):
+        return deadline
+    if sig == signal.SIGKILL:
+        raise LauncherError(f"{name} (pid {pid}) survived SIGKILL")
+    log.warning("%s (pid %s) ignored signal %s; sending SIGKILL", name, pid, sig)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    if not poll(lambda: not pid_alive(pid), timeout_s, POLL_S):
+        raise LauncherError(f"{name} (pid {pid}) survived SIGKILL")
     return deadline
 
 
@@ -134,18 +136,19 @@ def launch(spec: Launch, ready: Callable[[], bool], probe: str, timeout_s: float
         proc = subprocess.Popen(list(spec.argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=spec.home)
     spec.pidfile.write_text(f"{proc.pid}\n")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def started() -> bool:
         if proc.poll() is not None:
             spec.pidfile.unlink(missing_ok=True)
             raise LauncherError(
                 f"{spec.name} (port {spec.port}) exited with code {proc.returncode} at start; "
                 f"{spec.logfile}: {log_tail(spec.logfile, spec.log_lines)}"
             )
-        if ready():
-            log.info("started %s on port %s (pid %s)", spec.name, spec.port, proc.pid)
-            return proc.pid
-        time.sleep(POLL_S)
+        return ready()
+
+    if poll(started, timeout_s, POLL_S):
+        log.info("started %s on port %s (pid %s)", spec.name, spec.port, proc.pid)
+        return proc.pid
     signal_and_wait(spec.name, proc.pid, signal.SIGKILL, STOP_TIMEOUT_S)
     spec.pidfile.unlink(missing_ok=True)
     raise LauncherError(
@@ -258,7 +261,6 @@ class RedisProcess(HomeFiles):
         # the listening socket for a few milliseconds; a restart then would find the port busy.
         from labs.launcher import ports
 
-        while self.port and ports.in_use(self.port):
-            if time.monotonic() > deadline:
-                raise LauncherError(f"{self.name}: port {self.port} stayed open after the process died")
-            time.sleep(POLL_S / 5)
+        port = self.port
+        if port and not poll(lambda: not ports.in_use(port), seconds_left(deadline), POLL_S / 5):
+            raise LauncherError(f"{self.name}: port {port} stayed open after the process died")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Required, TypedDict
 
 from labs.launcher.errors import LauncherError
+from labs.polling import wait_until
 
 TIMEOUT_S = 5.0
 
@@ -106,15 +107,17 @@ class PrometheusAPI:
 
     def wait_for(self, name: str, *, timeout_s: float, poll_s: float = 0.5, **labels: str) -> tuple[Alert, float]:
         """Poll until alert ``name`` (with these labels) fires; (the alert, ``time.time()`` when seen)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for alert in self.firing(name):
-                if all(alert.labels.get(k) == v for k, v in labels.items()):
-                    return alert, time.time()
-            if time.monotonic() > deadline:
-                shown = ", ".join(f"{a.name}:{a.state}" for a in self.alerts()) or "none"
-                raise TimeoutError(f"{name} {labels or ''} did not fire within {timeout_s:g} s; alerts now: {shown}")
-            time.sleep(poll_s)
+
+        def fired() -> tuple[Alert, float] | None:
+            matching = (a for a in self.firing(name) if all(a.labels.get(k) == v for k, v in labels.items()))
+            alert = next(matching, None)
+            return None if alert is None else (alert, time.time())
+
+        def shown() -> str:
+            return f"{name} {labels or ''} to fire; alerts now: " + (
+                ", ".join(f"{a.name}:{a.state}" for a in self.alerts()) or "none")
+
+        return wait_until(fired, timeout_s, shown, poll_s)
 
     def fired_at(self, name: str, lookback_s: float = 600.0, *, after: float = 0.0, **labels: str) -> float | None:
         """The unix time of the first evaluation (after ``after``) at which ``name`` was firing (``ALERTS``)."""

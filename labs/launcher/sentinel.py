@@ -7,7 +7,6 @@ stays about lifecycle and each question asked of Sentinel is one small function.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -15,6 +14,7 @@ import redis
 
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import POLL_S, RedisProcess, command
+from labs.polling import poll, poll_value, seconds_left, wait_until
 
 MASTER_NAME = "mymaster"
 QUORUM = 2
@@ -82,7 +82,9 @@ def ask_failover(sentinels: Sequence[RedisProcess], deadline: float) -> None:
     try again by itself, so without asking again the master would simply stay where it was.
     """
     last = ""
-    while time.monotonic() < deadline:
+
+    def switched_once() -> bool:
+        nonlocal last
         for proc in sentinels:
             before = _master_info(proc)
             if before is None:
@@ -95,11 +97,13 @@ def ask_failover(sentinels: Sequence[RedisProcess], deadline: float) -> None:
                     last = f"{proc.name}: {exc}"
                     continue
             if _failover_switched(proc, (before.get("ip"), before.get("port")), deadline):
-                return
+                return True
             last = f"{proc.name}: the failover was aborted (no replica it judged good); asked again"
-            break
-        time.sleep(0.2)
-    raise LauncherError(f"no sentinel completed SENTINEL FAILOVER in time: {last}")
+            return False
+        return False
+
+    if not poll(switched_once, seconds_left(deadline), 0.2):
+        raise LauncherError(f"no sentinel completed SENTINEL FAILOVER in time: {last}")
 
 
 def _master_info(proc: RedisProcess) -> dict[str, str] | None:
@@ -113,12 +117,14 @@ def _master_info(proc: RedisProcess) -> dict[str, str] | None:
 
 def _failover_switched(proc: RedisProcess, old: tuple[str | None, str | None], deadline: float) -> bool:
     """Wait for the failover ``proc`` runs to end: True if it switched to a new master, False if aborted."""
-    while time.monotonic() < deadline:
-        info = _master_info(proc)
-        if info is not None and "failover_in_progress" not in info.get("flags", ""):
-            return (info.get("ip"), info.get("port")) != old
-        time.sleep(POLL_S)
-    return False
+
+    def ended(info: dict[str, str] | None) -> bool:
+        return info is not None and "failover_in_progress" not in info.get("flags", "")
+
+    info = poll_value(lambda: _master_info(proc), ended, seconds_left(deadline), POLL_S)
+    if info is None or not ended(info):
+        return False
+    return (info.get("ip"), info.get("port")) != old
 
 
 def switched(proc: RedisProcess, new: Address) -> bool:
@@ -140,11 +146,8 @@ def switched(proc: RedisProcess, new: Address) -> bool:
 
 def wait_all_switched(sentinels: Sequence[RedisProcess], new: Address, deadline: float) -> None:
     """Poll until every sentinel has :func:`switched` to ``new`` (``time.monotonic`` deadline)."""
-    while time.monotonic() < deadline:
-        if all(switched(proc, new) for proc in sentinels):
-            return
-        time.sleep(POLL_S)
-    raise LauncherError(f"the sentinels did not all switch to {new[0]}:{new[1]} in time")
+    wait_until(lambda: all(switched(proc, new) for proc in sentinels), seconds_left(deadline),
+               f"the sentinels all to switch to {new[0]}:{new[1]}", POLL_S, error=LauncherError)
 
 
 def pairs(reply: object) -> dict[str, str]:

@@ -23,6 +23,7 @@ from labs.launcher.errors import LauncherError
 from labs.launcher.process import POLL_S, RedisProcess
 from labs.launcher.sentinel import MASTER_NAME, QUORUM, Address
 from labs.launcher.status import SentinelStatus, TopologyStatus, node_status, server_label
+from labs.polling import seconds_left, wait_until
 
 __all__ = [
     "MASTER_NAME", "QUORUM", "Address", "Addresses", "FailoverResult", "SentinelTopology", "Topology", "TopologyStatus",
@@ -274,14 +275,15 @@ class SentinelTopology(Topology):
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait until every sentinel agrees on the master, sees the others, and replicas are linked."""
-        deadline = time.monotonic() + timeout_s
         problem = "not checked yet"
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
+            nonlocal problem
             problem = self._readiness_problem()
-            if not problem:
-                return
-            time.sleep(0.1)
-        raise LauncherError(f"the sentinel topology did not become ready in {timeout_s:.0f} s: {problem}")
+            return not problem
+
+        wait_until(ready, timeout_s, lambda: f"the sentinel topology to become ready: {problem}", 0.1,
+                   error=LauncherError)
 
     def _readiness_problem(self) -> str:
         views = self.sentinel_views()
@@ -329,13 +331,13 @@ class SentinelTopology(Topology):
 
     def wait_new_master(self, old: Address, deadline: float) -> Address:
         """Poll until a quorum of sentinels reports a master other than ``old`` (``time.monotonic`` deadline)."""
-        while time.monotonic() < deadline:
+
+        def promoted() -> Address | None:
             addr = sentinel.quorum_master(self.sentinels, besides=old)
-            if addr is not None and sentinel.role(self.server(addr[1])) == "master":
-                return addr
-            time.sleep(POLL_S)
-        views = self.sentinel_views()
-        raise LauncherError(f"no new master reported by a quorum of sentinels in time; they report {views}")
+            return addr if addr is not None and sentinel.role(self.server(addr[1])) == "master" else None
+
+        return wait_until(promoted, seconds_left(deadline), lambda: "a new master reported by a quorum of "
+                          f"sentinels; they report {self.sentinel_views()}", POLL_S, error=LauncherError)
 
 
 def _distinct_free_ports(n: int) -> list[int]:
