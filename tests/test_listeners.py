@@ -89,3 +89,14 @@ def test_rabbitmq_nodes_epmd_and_distribution_listen_on_loopback_only(tmp_path: 
         assert not missing, f"distribution ports {sorted(missing)} not found among the nodes' listeners {ports}"
     finally:
         cluster.stop()
+
+
+def test_nats_in_namespaces_listens_on_its_fabric_addresses_only(tmp_path: Path) -> None:
+    require_brokers("nats")
+    skip_without_netns()
+    cluster = NatsCluster.on_free_ports(tmp_path).in_namespaces()
+    try:
+        cluster.ensure()
+        _assert_loopback([p.pid() for p in cluster.processes], "the nats topology under namespaces")
+    finally:
+        cluster.stop()

@@ -9,6 +9,17 @@ it last, so ``make down`` leaves no Erlang process behind.
 
 Ready means every node runs the rabbit app, ``cluster_status`` lists the three, and the queue
 ``orders`` (quorum, :func:`queue_arguments`) has three online members.
+
+Every listener is on 127.0.0.1, the Erlang distribution too (:data:`DIST_LOOPBACK`).
+:meth:`RabbitCluster.in_namespaces` puts each node in a network namespace of its own (partitions):
+then each node has its own epmd there, listens on its namespace's address (AMQP, distribution,
+epmd), is named ``rabbit-<port>@rabbit-<port>`` and finds its peers' addresses through an Erlang
+``inetrc`` file (``ERL_INETRC``: ``{host, IP, [name]}`` lines), and ``rabbitmqctl`` runs inside
+the node's namespace. ``guest`` may log in from those private addresses (``loopback_users = none``).
+
+The timers a partition meets: the Erlang distribution's ``net_ticktime`` (60 s by default; a peer
+silent for 45-75 s is down), and Ra's failure detector (``aten``, polling every second) that makes
+a quorum queue's followers elect a new leader once the old one is unreachable.
 """
 
 from __future__ import annotations
@@ -21,12 +32,13 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
-from labs.launcher import ports
+from labs.launcher import netns, ports
 from labs.launcher.broker_process import BrokerProcess, rss_bytes
 from labs.launcher.errors import LauncherError
 
@@ -34,6 +46,7 @@ if TYPE_CHECKING:  # aio-pika is imported where it is used
     from aio_pika.abc import AbstractChannel, AbstractQueue
     from pamqp.common import FieldTable
 
+T = TypeVar("T")
 PORTS_VAR = "LAB_RABBITMQ_PORTS"
 EPMD_PORT_VAR = "LAB_EPMD_PORT"
 DEFAULT_PORTS = (5680, 5681, 5682)
@@ -101,6 +114,7 @@ class RabbitCluster:
     nodes: list[BrokerProcess] = field(default_factory=list)
     name: str = "rabbitmq"
     owner_pid: int | None = None  # set: every process stops when that one exits (labs.launcher.reaper)
+    fabric: netns.Fabric | None = None  # in_namespaces(): each node (and an epmd) in a namespace of its own
 
     def __post_init__(self) -> None:
         self.home = self.home.resolve()
@@ -135,17 +149,49 @@ class RabbitCluster:
             return path.read_text().strip()
         return secrets.token_hex(16).upper()
 
+    def in_namespaces(self) -> RabbitCluster:
+        """The same cluster with each node (and an epmd of its own) in a network namespace of its own.
+
+        Planned here, created by :meth:`ensure`; ``fabric.partition`` then cuts nodes apart. Clients
+        reach the nodes from inside a namespace (:meth:`client_call`: the hub reaches every member).
+        """
+        netns.require()
+        names = [f"rabbit-{p}" for p in self.amqp_ports]
+        fabric = netns.Fabric.plan(self.home, names)
+        self.fabric = fabric
+        self.nodes = [replace(n, netns=fabric.member(n.name).ns, extra_env=self._env(n.port)) for n in self.nodes]
+        return self
+
+    def host(self, port: int) -> str:
+        """The address ``port``'s node listens on: 127.0.0.1, or its namespace's address."""
+        return "127.0.0.1" if self.fabric is None else self.fabric.ip(f"rabbit-{port}")
+
     def node_name(self, port: int) -> str:
-        return f"rabbit-{port}@localhost"
+        return f"rabbit-{port}@localhost" if self.fabric is None else f"rabbit-{port}@rabbit-{port}"
+
+    def client_call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` where the nodes are reachable: here, or in the fabric's hub namespace."""
+        return fn() if self.fabric is None else netns.call_in(self.fabric.hub_ns, fn)
+
+    def _accepts(self, port: int) -> bool:
+        if self.fabric is None:
+            return ports.in_use(port)
+        return netns.accepts(self.fabric.hub_ns, self.host(port), port)
+
+    def _dist_interface(self, port: int) -> str:
+        return "-kernel inet_dist_use_interface {" + self.host(port).replace(".", ",") + "}"
 
     def _env(self, port: int) -> dict[str, str]:
         node_home = self.home / f"rabbit-{port}-data"
+        dist = self._dist_interface(port)
+        ns_only = {} if self.fabric is None else {"ERL_INETRC": str(self.home / "inetrc")}
         return {
+            **ns_only,
             "HOME": str(self.home),  # .erlang.cookie lives here, shared by the nodes and rabbitmqctl
             "ERL_EPMD_PORT": str(self.epmd_port),
-            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_ADDRESS": self.host(port),
             "RABBITMQ_NODENAME": self.node_name(port),
-            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_IP_ADDRESS": self.host(port),
             "RABBITMQ_NODE_PORT": str(port),
             "RABBITMQ_DIST_PORT": str(self._dist[port]),
             "RABBITMQ_CONFIG_FILE": str(self.home / f"rabbit-{port}.conf"),
@@ -157,9 +203,9 @@ class RabbitCluster:
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.home / "enabled_plugins"),
             # one scheduler per node: three nodes share two cores with everything else; the
             # distribution listener on loopback (Erlang's default is every interface)
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f"+S 1:1 +sbwt none +sbwtdcpu none +sbwtdio none {DIST_LOOPBACK}",
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f"+S 1:1 +sbwt none +sbwtdcpu none +sbwtdio none {dist}",
             # rabbitmqctl is a distributed Erlang node too (ports 35672-35682 while it runs)
-            "RABBITMQ_CTL_ERL_ARGS": DIST_LOOPBACK,
+            "RABBITMQ_CTL_ERL_ARGS": dist,
         }
 
     def _write_files(self) -> None:
@@ -175,9 +221,14 @@ class RabbitCluster:
             f"cluster_formation.classic_config.nodes.{i} = {self.node_name(p)}"
             for i, p in enumerate(self.amqp_ports, 1)
         )
+        if self.fabric is not None:  # each node's name -> its namespace's address, for Erlang's resolver
+            hosts = "".join("{host, {" + self.host(p).replace(".", ",") + "}, [\"rabbit-" + str(p) + "\"]}.\n"
+                            for p in self.amqp_ports)
+            (self.home / "inetrc").write_text(hosts + "{lookup, [file, native]}.\n")
+        guest = "" if self.fabric is None else "loopback_users = none\n"  # private addresses of the run
         for port in self.amqp_ports:
             (self.home / f"rabbit-{port}.conf").write_text(
-                f"listeners.tcp.1 = 127.0.0.1:{port}\n"
+                f"listeners.tcp.1 = {self.host(port)}:{port}\n{guest}"
                 "cluster_formation.peer_discovery_backend = classic_config\n"
                 f"{peers}\n"
                 "disk_free_limit.absolute = 50MB\n"
@@ -193,17 +244,29 @@ class RabbitCluster:
                              "rabbitmq", self.owner_pid)
 
     @property
+    def epmds(self) -> list[BrokerProcess]:
+        """The one epmd on loopback; in namespaces one per node, on its address (and its loopback)."""
+        if self.fabric is None:
+            return [self.epmd]
+        return [BrokerProcess(f"epmd-{n.port}", self.epmd_port, self.home, b"epmd",
+                              {"ERL_EPMD_ADDRESS": f"127.0.0.1,{self.host(n.port)}"}, "rabbitmq", self.owner_pid,
+                              n.netns) for n in self.nodes]
+
+    @property
     def processes(self) -> list[BrokerProcess]:
-        return [self.epmd, *self.nodes]
+        return [*self.epmds, *self.nodes]
 
     def ensure(self, queue: str = QUEUE, timeout_s: float = NODE_START_TIMEOUT_S) -> list[str]:
         """Start what is not running, wait until the cluster has 3 nodes and ``queue`` 3 online members."""
         server = binary("rabbitmq-server")
+        if self.fabric is not None:
+            self.fabric.up()
         self._write_files()
-        if self.epmd.pid() is None:
-            epmd_bin = shutil.which("epmd") or "epmd"
-            self.epmd.start([epmd_bin, "-port", str(self.epmd_port)], EPMD_PORT_VAR,
-                            lambda: ports.in_use(self.epmd_port), "a TCP connect", 10.0)
+        epmd_bin = shutil.which("epmd") or "epmd"
+        for epmd, node in zip(self.epmds, self.nodes, strict=False):
+            if epmd.pid() is None:
+                epmd.start([epmd_bin, "-port", str(self.epmd_port)], EPMD_PORT_VAR,
+                           lambda n=node: self._epmd_up(n.port), "a TCP connect", 10.0)  # type: ignore[misc]
         # The first node alone, then the others side by side: they find it (classic peer discovery)
         # and join it; started all at once, two fresh nodes could each form a cluster of their own.
         missing = [node for node in self.nodes if node.pid() is None]
@@ -212,21 +275,28 @@ class RabbitCluster:
         with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
             list(pool.map(lambda n: self._start_node(server, n, timeout_s), missing[1:]))
         self.wait_cluster(timeout_s)
-        declare_queue(self.urls()[0], queue)
+        url = self.urls()[0]
+        self.client_call(lambda: declare_queue(url, queue))
         self.wait_queue(queue, timeout_s)
         return self.urls()
 
+    def _epmd_up(self, node_port: int) -> bool:
+        if self.fabric is None:
+            return ports.in_use(self.epmd_port)
+        return netns.accepts(self.fabric.hub_ns, self.host(node_port), self.epmd_port)
+
     def _start_node(self, server: str, node: BrokerProcess, timeout_s: float) -> int:
-        return node.start([server], PORTS_VAR, lambda: ports.in_use(node.port), "AMQP connections", timeout_s)
+        return node.start([server], PORTS_VAR, lambda: self._accepts(node.port), "AMQP connections", timeout_s)
 
     def urls(self) -> list[str]:
-        return [f"amqp://guest:guest@127.0.0.1:{p}/" for p in self.amqp_ports]
+        return [f"amqp://guest:guest@{self.host(p)}:{p}/" for p in self.amqp_ports]
 
     def stop(self) -> list[int]:
-        """Stop the nodes (SIGTERM, then SIGKILL), then epmd; the pids stopped."""
+        """Stop the nodes (SIGTERM, then SIGKILL), then epmd, then the namespaces if any; the pids stopped."""
         stopped = [pid for node in self.nodes if (pid := node.kill(signal.SIGTERM, 20.0)) is not None]
-        if (pid := self.epmd.kill(signal.SIGTERM)) is not None:
-            stopped.append(pid)
+        stopped += [pid for epmd in self.epmds if (pid := epmd.kill(signal.SIGTERM)) is not None]
+        if self.fabric is not None:
+            self.fabric.destroy()
         return stopped
 
     def kill_node(self, port: int) -> int | None:
@@ -249,6 +319,8 @@ class RabbitCluster:
         target = port if port is not None else next((n.port for n in self.nodes if n.pid()), self.amqp_ports[0])
         env = {**os.environ, **self._env(target)}
         cmd = [binary("rabbitmqctl"), "-n", self.node_name(target), *args]
+        if self.fabric is not None:  # the CLI is an Erlang node: it must reach the node's namespace
+            cmd = self.fabric.exec_argv(f"rabbit-{target}", cmd)
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
