@@ -1,7 +1,10 @@
 """The sharded worker against the number of shards: throughput, and what changing N does to per-key order.
 
 - :func:`throughput`: N shards filled with events, one worker with a 5 ms handler and a fixed
-  number of handler slots per shard; charges per second from the ledger's first to last charge.
+  number of handler slots per shard; charges per second from the ledger's first to last charge,
+  and how busy the worker's event loop was (:attr:`ThroughputPoint.loop_busy`): more shards add
+  charges per second only while the loop waits for the handlers, not once it needs a CPU all the
+  time (a loaded machine, or another process holding a core).
 - :func:`resplit`: what changing the number of shards does to one order: its next event goes
   to another shard, which is handled before the old shard's backlog.
 
@@ -12,6 +15,7 @@ Both run :class:`~solutions.worker.Worker` on a :class:`~solutions.cluster_site.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +35,22 @@ class ThroughputPoint:
     shards: int
     events: int
     elapsed_s: float  # first charge to last charge
+    # the share of the run the worker's event loop was on a CPU or waiting for one (/proc schedstat of its
+    # thread): near 1, the loop never waited for the handlers and the CPU set the pace; None off Linux
+    loop_busy: float | None = None
 
     @property
     def rate(self) -> float:
         return (self.events - 1) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+def _thread_demand_s() -> float | None:
+    """This thread's time on a CPU plus its time runnable, waiting for one, in s (``/proc/thread-self/schedstat``)."""
+    try:
+        on_cpu_ns, waiting_ns, _ = Path("/proc/thread-self/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return None
+    return (int(on_cpu_ns) + int(waiting_ns)) / 1e9
 
 
 async def throughput(
@@ -52,10 +68,13 @@ async def throughput(
             ledger = ledger_dir / f"throughput-{n}.sqlite3"
             settings = worker_settings(startup, name, n, ledger, handler_delay_ms=handler_delay_ms,
                                        parallelism=parallelism, count=count or 2 * parallelism)
+            demand_before, wall_before = _thread_demand_s(), time.monotonic()
             async with running(settings):
                 await poll_async(functools.partial(_charged_all, ledger, events), 60, 0.05, in_thread=False)
+            demand_after, wall_s = _thread_demand_s(), time.monotonic() - wall_before
+            busy = None if demand_before is None or demand_after is None else (demand_after - demand_before) / wall_s
             charges = read_charges(ledger)
-            points.append(ThroughputPoint(n, len(charges), charges[-1].t - charges[0].t))
+            points.append(ThroughputPoint(n, len(charges), charges[-1].t - charges[0].t, busy))
             await delete_shards(router, shards)
     return points
 
