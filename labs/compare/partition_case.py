@@ -1,0 +1,545 @@
+"""The same partition for all three brokers: the leader, with a producer on its side, cut off from the majority.
+
+Each broker runs in network namespaces (:mod:`labs.launcher.netns`): Redis as three copies under
+Sentinel (:func:`labs.launcher.redis_copies.three_copies`), RabbitMQ's three nodes
+(:meth:`~labs.launcher.rabbitmq.RabbitCluster.in_namespaces`) and NATS's three servers
+(:meth:`~labs.launcher.nats.NatsCluster.in_namespaces`). Two client namespaces join them:
+
+- ``client-min``, on the leader's side of the cut: a producer that only knows the leader (Redis:
+  the master and one sentinel);
+- ``client-maj``, with the two other nodes (Redis: two replicas and two sentinels, a quorum): a
+  second producer and the consumers, which charge into one SQLite ledger.
+
+The plan (:class:`PartitionPlan`) is the same for every broker: both producers publish at the same
+rate; ``before_s`` after the start the cut drops every packet between the two sides (silently, as
+a dead switch port does); ``cut_s`` later it heals; the producers finish their events, the consumers
+drain. Every figure comes from records the brokers do not keep: the producers' logs (what was
+confirmed, when) and the ledger (what was charged, when):
+
+- ``lost``: confirmed by a producer and never charged (acknowledged, then lost);
+- ``minority_confirmed_in_cut`` and ``minority_accepting_s``: what the cut-off leader kept
+  confirming, and until when (from the cut);
+- ``first_charge_after_cut_s``: the gap before the first charge of an event first sent after the
+  cut (the majority's failover, as its producer and consumers see it);
+- ``timers``: the server settings that explain those figures, by name.
+
+:func:`run_partition_rows` starts each broker in namespaces, runs the case and stops it; its rows
+have the shape of :class:`labs.compare.scenarios.Row` (``case`` is ``"partition"``). It needs root
+and nftables (:func:`labs.launcher.netns.unavailable_reason`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from labs import polling
+from labs.compare.consumer import Charger, consume
+from labs.compare.contract import Broker, Event, Settings
+from labs.compare.producer import ProduceLog, make_events, produce
+from labs.compare.scenarios import Row
+from labs.launcher import netns, redis_copies
+from labs.launcher.nats import NatsCluster
+from labs.launcher.rabbitmq import RabbitCluster
+from labs.launcher.topology import SentinelTopology
+from solutions.ledger import read_rows
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+CLIENT_MIN = "client-min"
+CLIENT_MAJ = "client-maj"
+KINDS = ("redis", "redis+WAIT", "rabbitmq", "nats")
+Address = dict[str, object]  # labs.compare's BrokerAddress, as JSON
+
+
+class PartitionRow(Row, total=False):
+    """A :class:`~labs.compare.scenarios.Row` with the partition's own figures."""
+
+    cut_at_s: float  # from the case's start
+    heal_at_s: float
+    cut_off: list[str]  # the members on the leader's side
+    minority_confirmed_in_cut: int
+    minority_accepting_s: float | None  # from the cut to the cut-off side's last confirm before the heal
+    minority_unconfirmed_in_cut: int  # attempts of the cut-off producer that got no confirm (unknown, refused)
+    first_charge_after_cut_s: float | None
+    timers: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionPlan:
+    """The one schedule every broker gets: the cut and the heal at the same points."""
+
+    rate_per_s: float = 10.0  # each producer
+    before_s: float = 3.0  # publishing before the cut
+    cut_s: float = 20.0  # the partition lasts this long, then heals
+    after_s: float = 3.0  # publishing after the heal
+    settle_s: float = 5.0  # drained: every confirmed event charged, or no new charge for this long
+    drain_timeout_s: float = 90.0
+    down_after_ms: int = 1000  # Redis's Sentinel (the lab's setting; Redis's default is 30 s)
+
+    @property
+    def events(self) -> int:
+        return int(self.rate_per_s * (self.before_s + self.cut_s + self.after_s))
+
+
+def _broker(kind: str, address: Address, queue: str, settings: Settings) -> Broker:
+    """The comparison's adapter for the row ``kind`` (labs.compare's registry)."""
+    try:
+        from labs.compare.registry import make_broker  # type: ignore[attr-defined,unused-ignore]  # the new registry
+    except ImportError:  # the registry not there yet: the sites module made adapters before it
+        from labs.compare.sites import make_broker  # type: ignore[attr-defined,no-redef,unused-ignore]
+    return make_broker(kind, address, queue, settings)  # type: ignore[arg-type,unused-ignore]  # Address is its JSON
+
+
+class NetSite(Protocol):
+    """A broker's cluster in namespaces, as the partition case uses it."""
+
+    @property
+    def fabric(self) -> netns.Fabric: ...
+
+    def prepare(self, kind: str, queue: str, settings: Settings) -> str: ...  # the leader's member name
+
+    def sides(self, leader: str) -> tuple[list[str], list[str]]: ...  # (leader's side, majority), no clients
+
+    def address(self, kind: str, members: list[str]) -> Address: ...
+
+    def durability(self, kind: str) -> str: ...
+
+    def timers(self) -> str: ...
+
+    def stop(self) -> list[int]: ...
+
+
+def _in_hub(fabric: netns.Fabric, fn: Callable[[], T]) -> T:
+    return netns.call_in(fabric.hub_ns, fn)
+
+
+async def _touch(kind: str, address: Address, queue: str, settings: Settings) -> None:
+    """Connect an adapter once and close it: its queue (stream, group, durable consumer) exists after."""
+    broker = _broker(kind, address, queue, settings)
+    await broker.connect()
+    await broker.close()
+
+
+@dataclass
+class RedisNetSite:
+    """Three copies under Sentinel (min-replicas-to-write 1), each process in a namespace."""
+
+    topo: SentinelTopology
+    copies: redis_copies.Copies
+
+    @property
+    def fabric(self) -> netns.Fabric:
+        assert self.topo.fabric is not None
+        return self.topo.fabric
+
+    @classmethod
+    def start(cls, run_dir: Path, plan: PartitionPlan) -> RedisNetSite:
+        copies = redis_copies.Copies(down_after_ms=plan.down_after_ms)
+        topo = redis_copies.three_copies(run_dir / "redis", copies, netns=True)
+        site = cls(topo, copies)
+        try:
+            topo.ensure()
+            redis_copies.own(topo)
+            _add_clients(site.fabric)
+        except BaseException:
+            topo.stop()
+            raise
+        return site
+
+    def prepare(self, kind: str, queue: str, settings: Settings) -> str:
+        self.topo.wait_ready()
+        return f"redis-{self.topo.master_addr()[1]}"
+
+    def sides(self, leader: str) -> tuple[list[str], list[str]]:
+        others = [p.name for p in self.topo.servers if p.name != leader]
+        watchers = [p.name for p in self.topo.sentinels]
+        return [leader, watchers[0]], [*others, *watchers[1:]]
+
+    def address(self, kind: str, members: list[str]) -> Address:
+        sentinels = [[p.host, p.port] for p in self.topo.sentinels if p.name in members]
+        return {"sentinels": sentinels, "copies": self.copies.replicas + 1, "appendfsync": self.copies.fsync,
+                "min_replicas_to_write": self.copies.min_replicas_to_write}
+
+    def durability(self, kind: str) -> str:
+        return self.copies.durability(1 if kind == "redis+WAIT" else 0)
+
+    def timers(self) -> str:
+        return (f"Sentinel down-after-milliseconds {self.copies.down_after_ms} ms, then 2 of 3 sentinels vote "
+                "and promote a replica; the cut-off master keeps taking writes until no replica has acked for "
+                f"min-replicas-max-lag {self.copies.min_replicas_max_lag_s} s (min-replicas-to-write "
+                f"{self.copies.min_replicas_to_write}), and at the heal becomes a replica: what it took alone is gone")
+
+    def stop(self) -> list[int]:
+        return self.topo.stop()
+
+
+@dataclass
+class NatsNetSite:
+    cluster: NatsCluster
+
+    @property
+    def fabric(self) -> netns.Fabric:
+        assert self.cluster.fabric is not None
+        return self.cluster.fabric
+
+    @classmethod
+    def start(cls, run_dir: Path, sync_always: bool = False) -> NatsNetSite:
+        cluster = NatsCluster.on_free_ports(run_dir)
+        cluster.sync_always = sync_always
+        cluster.in_namespaces()
+        try:
+            cluster.ensure()
+            _add_clients(cluster.fabric)  # type: ignore[arg-type]  # set by in_namespaces
+        except BaseException:
+            cluster.stop()
+            raise
+        return cls(cluster)
+
+    def prepare(self, kind: str, queue: str, settings: Settings) -> str:
+        from labs.launcher.nats import wait_stream
+
+        urls = self.cluster.urls()
+        address: Address = {"urls": urls, "sync_always": self.cluster.sync_always}
+        _in_hub(self.fabric, lambda: asyncio.run(_touch(kind, address, queue, settings)))
+        _in_hub(self.fabric, lambda: asyncio.run(wait_stream(urls, queue, 60.0)))
+        return self.cluster.server_name(self.cluster.leader_port(queue))
+
+    def sides(self, leader: str) -> tuple[list[str], list[str]]:
+        return [leader], [p.name for p in self.cluster.servers if p.name != leader]
+
+    def address(self, kind: str, members: list[str]) -> Address:
+        urls = [url for port, url in zip(self.cluster.client_ports, self.cluster.urls(), strict=True)
+                if self.cluster.server_name(port) in members]
+        return {"urls": urls, "sync_always": self.cluster.sync_always}
+
+    def durability(self, kind: str) -> str:
+        return self.cluster.durability()
+
+    def timers(self) -> str:
+        return ("NATS Raft (server/raft.go constants, not settings): a follower campaigns after 4-9 s without "
+                "the leader (minElectionTimeout..maxElectionTimeout), heartbeats every 1 s; a leader without a "
+                "quorum steps down after 10 s (lostQuorumInterval); no PubAck without a majority")
+
+    def stop(self) -> list[int]:
+        return self.cluster.stop()
+
+
+@dataclass
+class RabbitNetSite:
+    cluster: RabbitCluster
+
+    @property
+    def fabric(self) -> netns.Fabric:
+        assert self.cluster.fabric is not None
+        return self.cluster.fabric
+
+    @classmethod
+    def start(cls, run_dir: Path) -> RabbitNetSite:
+        cluster = RabbitCluster.on_free_ports(run_dir).in_namespaces()
+        try:
+            cluster.ensure()
+            _add_clients(cluster.fabric)  # type: ignore[arg-type]  # set by in_namespaces
+        except BaseException:
+            cluster.stop()
+            raise
+        return cls(cluster)
+
+    def prepare(self, kind: str, queue: str, settings: Settings) -> str:
+        address: Address = {"urls": self.cluster.urls()}
+        _in_hub(self.fabric, lambda: asyncio.run(_touch(kind, address, queue, settings)))
+        self.cluster.wait_queue(queue, 60.0)
+        return f"rabbit-{self.cluster.leader_port(queue)}"
+
+    def sides(self, leader: str) -> tuple[list[str], list[str]]:
+        return [leader], [f"rabbit-{p}" for p in self.cluster.amqp_ports if f"rabbit-{p}" != leader]
+
+    def address(self, kind: str, members: list[str]) -> Address:
+        return {"urls": [url for port, url in zip(self.cluster.amqp_ports, self.cluster.urls(), strict=True)
+                         if f"rabbit-{port}" in members]}
+
+    def durability(self, kind: str) -> str:
+        return ("RabbitMQ 3.10 quorum queue, 3 copies: the confirm once a majority (2 of 3) has written "
+                "and fsynced it (Ra's WAL)")
+
+    def timers(self) -> str:
+        return ("Ra (quorum queue): followers elect a new leader once aten, Ra's failure detector (poll_interval "
+                "1000 ms, raft.adaptive_failure_detector.poll_interval from 3.11), suspects the leader's node; the "
+                "Erlang distribution declares a node down after net_ticktime 60 s (45-75 s); "
+                "cluster_partition_handling ignore (the default); no confirm without a majority")
+
+    def stop(self) -> list[int]:
+        return self.cluster.stop()
+
+
+def _add_clients(fabric: netns.Fabric) -> None:
+    for name in (CLIENT_MIN, CLIENT_MAJ):
+        fabric.add(name)
+
+
+# -- one run ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Control:
+    """What the main thread tells both sides: start publishing, or give up (a run that failed to start)."""
+
+    go: threading.Event = field(default_factory=threading.Event)
+    abort: threading.Event = field(default_factory=threading.Event)
+
+    async def started(self) -> bool:
+        """Wait for the start; False when the run was aborted instead."""
+        await asyncio.to_thread(self.go.wait)
+        return not self.abort.is_set()
+
+    def give_up(self) -> None:
+        self.abort.set()
+        self.go.set()
+
+
+@dataclass
+class _Majority:
+    """The majority side's consumers and producer, in a thread of their own; driven from the main thread."""
+
+    control: _Control
+    ready: threading.Event = field(default_factory=threading.Event)
+    produced: threading.Event = field(default_factory=threading.Event)
+    loop: asyncio.AbstractEventLoop | None = None
+    stop: asyncio.Event | None = None
+    log: ProduceLog | None = None
+
+    def finish(self) -> None:
+        if self.loop is not None and self.stop is not None:
+            self.loop.call_soon_threadsafe(self.stop.set)
+
+
+async def _majority(side: _Majority, make: Callable[[], Broker], chargers: list[Charger],
+                    events: list[Event], plan: PartitionPlan) -> None:
+    side.loop, side.stop = asyncio.get_running_loop(), asyncio.Event()
+    consumers = [make() for _ in chargers]
+    producer = make()
+    try:
+        for b in [*consumers, producer]:
+            await b.connect()
+        tasks = [asyncio.create_task(consume(b, c, side.stop)) for b, c in zip(consumers, chargers, strict=True)]
+        side.ready.set()
+        if await side.control.started():
+            side.log = await _produce(producer, events, plan)
+        side.produced.set()
+        await side.stop.wait()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        side.ready.set()
+        side.produced.set()
+        for b in [*consumers, producer]:
+            with contextlib.suppress(Exception):
+                await b.close()
+
+
+async def _minority(make: Callable[[], Broker], events: list[Event], control: _Control,
+                    ready: threading.Event, plan: PartitionPlan) -> ProduceLog:
+    producer = make()
+    try:
+        await producer.connect()
+        ready.set()
+        return await _produce(producer, events, plan) if await control.started() else ProduceLog()
+    finally:
+        ready.set()
+        with contextlib.suppress(Exception):
+            await producer.close()
+
+
+async def _produce(producer: Broker, events: list[Event], plan: PartitionPlan) -> ProduceLog:
+    total_s = plan.before_s + plan.cut_s + plan.after_s
+    return await produce(producer, events, rate_per_s=plan.rate_per_s, resend_deadline_s=plan.cut_s + 30.0,
+                         deadline_s=total_s + 60.0)
+
+
+def _in_namespace(pool: ThreadPoolExecutor, ns: str, factory: Callable[[], Coroutine[Any, Any, T]]) -> Future[T]:
+    """``asyncio.run(factory())`` in a pool thread living in ``ns``: every socket of that loop is a client there."""
+
+    def body() -> T:
+        with netns.entered(ns):
+            return asyncio.run(factory())
+
+    return pool.submit(body)
+
+
+def run_partition(site: NetSite, kind: str, plan: PartitionPlan, settings: Settings, work: Path) -> PartitionRow:
+    """Run the partition case once on ``site`` for the row ``kind``; its row."""
+    queue = f"partition-{uuid.uuid4().hex[:6]}"
+    leader = site.prepare(kind, queue, settings)
+    cut_side, majority = site.sides(leader)
+    min_address, maj_address = site.address(kind, cut_side), site.address(kind, majority)
+    ledger = work / f"{kind.replace('+', '-')}-{queue}.sqlite3"
+    chargers = [Charger(ledger, f"{kind}-c{i}", max_attempts=settings.max_attempts) for i in range(settings.consumers)]
+    n = plan.events
+    maj_events, min_events = make_events(f"{queue}-maj", n), make_events(f"{queue}-min", n)
+    control = _Control()
+    side = _Majority(control)
+    min_ready = threading.Event()
+    fabric = site.fabric
+    row: PartitionRow = {"broker": kind, "case": "partition", "durability": site.durability(kind),
+                         "timers": site.timers(), "cut_off": [*cut_side, CLIENT_MIN]}
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="partition") as pool:
+        maj_done = _in_namespace(pool, fabric.ns_name(CLIENT_MAJ), lambda: _majority(
+            side, lambda: _broker(kind, maj_address, queue, settings), chargers, maj_events, plan))
+        min_done = _in_namespace(pool, fabric.ns_name(CLIENT_MIN), lambda: _minority(
+            lambda: _broker(kind, min_address, queue, settings), min_events, control, min_ready, plan))
+        try:
+            for what, ready in (("the majority's consumers and producer", side.ready),
+                                ("the cut-off producer", min_ready)):
+                if not ready.wait(60.0):
+                    raise TimeoutError(f"{kind}: {what} did not connect in 60 s")
+            for done in (maj_done, min_done):
+                if done.done():
+                    done.result()  # a connect that failed: its error
+            started = time.time()
+            control.go.set()
+            cut_at, heal_at = _cut_and_heal(fabric, [*cut_side, CLIENT_MIN], [*majority, CLIENT_MAJ], plan)
+            min_log = min_done.result(timeout=plan.cut_s + plan.after_s + 180.0)
+            if not side.produced.wait(plan.after_s + 180.0):
+                log.warning("%s: the majority's producer did not finish", kind)
+            _drain(ledger, [min_log, side.log], plan)
+        finally:
+            if not control.go.is_set():
+                control.give_up()
+            fabric.heal()
+            side.finish()
+            with contextlib.suppress(Exception):
+                maj_done.result(timeout=60.0)
+            for c in chargers:
+                c.close()
+    return row | _figures(ledger, min_log, side.log or ProduceLog(), started, cut_at, heal_at)
+
+
+def _cut_and_heal(fabric: netns.Fabric, cut_side: list[str], majority: list[str],
+                  plan: PartitionPlan) -> tuple[float, float]:
+    """The schedule: the cut ``before_s`` from now, the heal ``cut_s`` after it; their unix times."""
+    time.sleep(plan.before_s)  # a fault at a fixed point of the schedule, the same for every broker
+    fabric.partition(cut_side, majority)
+    cut_at = time.time()  # every member's rules are in place (nft in each namespace takes a few ms)
+    time.sleep(max(0.0, cut_at + plan.cut_s - time.time()))
+    heal_at = time.time()  # the rules go from here on
+    fabric.heal()
+    log.info("partition %s | %s: cut at %.1f, healed %.1f s later", cut_side, majority, cut_at, heal_at - cut_at)
+    return cut_at, heal_at
+
+
+def _charged(ledger: Path) -> set[str]:
+    return {str(r[0]) for r in read_rows(ledger, "SELECT event_id FROM charges")} if ledger.exists() else set()
+
+
+def _drain(ledger: Path, logs: list[ProduceLog | None], plan: PartitionPlan) -> None:
+    """Wait until every confirmed event is charged, or nothing new was charged for ``settle_s`` (a loss)."""
+    confirmed = {eid for plog in logs if plog for eid in plog.confirmed}
+    seen = {"count": -1, "since": time.monotonic()}
+
+    def drained() -> bool:
+        charged = _charged(ledger)
+        if confirmed <= charged:
+            return True
+        if len(charged) != seen["count"]:
+            seen["count"], seen["since"] = len(charged), time.monotonic()
+        return time.monotonic() - seen["since"] > plan.settle_s
+
+    if not polling.poll(drained, plan.drain_timeout_s, poll_s=0.2):
+        log.warning("partition: drain deadline (%.0f s) reached", plan.drain_timeout_s)
+
+
+def _figures(ledger: Path, min_log: ProduceLog, maj_log: ProduceLog, started: float, cut_at: float,
+             heal_at: float) -> PartitionRow:
+    rows = read_rows(ledger, "SELECT event_id, charged_at FROM charges ORDER BY charged_at") if ledger.exists() \
+        else []
+    counts = Counter(str(r[0]) for r in rows)
+    times = [float(r[1]) for r in rows]
+    confirmed = {**maj_log.confirmed, **min_log.confirmed}
+    lost = sorted(set(confirmed) - set(counts))
+    attempts = [*min_log.attempts, *maj_log.attempts]
+    first_sent: dict[str, float] = {}  # when each event's first attempt began (an attempt logs its end)
+    for a in sorted(attempts, key=lambda a: a.at - a.took_s):
+        first_sent.setdefault(a.event_id, a.at - a.took_s)
+    after = [float(t) for eid, t in rows if first_sent.get(str(eid), 0.0) > cut_at]
+    # what the cut-off side took: attempts begun after the cut and confirmed before the heal
+    in_cut = [a.at for a in min_log.attempts if a.outcome == "confirmed" and a.at - a.took_s >= cut_at
+              and a.at <= heal_at]
+    gaps = [b - a for a, b in itertools.pairwise(times) if b > cut_at]
+    return {
+        "sent_attempts": len(attempts), "confirmed": len(confirmed),
+        "unknown": sum(1 for a in attempts if a.outcome == "unknown"),
+        "refused": sum(1 for a in attempts if a.outcome == "refused"),
+        "gave_up": len(min_log.gave_up) + len(maj_log.gave_up),
+        "charged": len(counts), "charged_twice": sum(1 for c in counts.values() if c > 1),
+        "lost": len(lost), "lost_ids": lost[:10],
+        "cut_at_s": round(cut_at - started, 3), "heal_at_s": round(heal_at - started, 3),
+        "minority_confirmed_in_cut": len(in_cut),
+        "minority_accepting_s": round(max(in_cut) - cut_at, 2) if in_cut else None,
+        "minority_unconfirmed_in_cut": sum(1 for a in min_log.attempts
+                                           if cut_at <= a.at - a.took_s and a.at <= heal_at
+                                           and a.outcome != "confirmed"),
+        "first_charge_after_cut_s": round(min(after) - cut_at, 2) if after else None,
+        "longest_gap_s": round(max(gaps), 2) if gaps else None,
+        "charge_times_s": [round(t - started, 3) for t in times],
+        "elapsed_s": round(time.time() - started, 2),
+    }
+
+
+# -- every broker ---------------------------------------------------------------------------------
+
+
+def start_site(kind: str, run_dir: Path, plan: PartitionPlan, *, sync_always: bool = False) -> NetSite:
+    """The cluster of ``kind`` in namespaces, started (``redis`` and ``redis+WAIT`` share one)."""
+    if kind.startswith("redis"):
+        return RedisNetSite.start(run_dir, plan)
+    if kind == "rabbitmq":
+        return RabbitNetSite.start(run_dir)
+    if kind == "nats":
+        return NatsNetSite.start(run_dir, sync_always)
+    raise ValueError(f"no partition site for {kind!r}; choose one of {', '.join(KINDS)}")
+
+
+def run_partition_rows(kinds: tuple[str, ...], settings: Settings, work: Path,
+                       plan: PartitionPlan | None = None) -> list[PartitionRow]:
+    """The partition row of each of ``kinds``, each broker started in namespaces, run and stopped.
+
+    A broker whose run fails gives a row with ``error`` (the others still run). Rows in ``kinds`` order.
+    """
+    plan = plan or PartitionPlan()
+    by_site: dict[str, list[str]] = {}
+    for kind in kinds:
+        by_site.setdefault("redis" if kind.startswith("redis") else kind, []).append(kind)
+    rows: dict[str, PartitionRow] = {}
+    for key, site_kinds in by_site.items():
+        site: NetSite | None = None
+        try:
+            site = start_site(site_kinds[0], work / f"netns-{key}", plan)
+            for kind in site_kinds:
+                rows[kind] = _row_or_error(kind, functools.partial(run_partition, site, kind, plan, settings, work))
+        except Exception as exc:
+            log.exception("%s: the cluster in namespaces did not start", key)
+            for kind in site_kinds:
+                rows.setdefault(kind, {"broker": kind, "case": "partition", "error": f"{type(exc).__name__}: {exc}"})
+        finally:
+            if site is not None:
+                site.stop()
+    return [rows[kind] for kind in kinds]
+
+
+def _row_or_error(kind: str, run: Callable[[], PartitionRow]) -> PartitionRow:
+    try:
+        return run()
+    except Exception as exc:
+        log.exception("%s: partition case failed", kind)
+        return {"broker": kind, "case": "partition", "error": f"{type(exc).__name__}: {exc}"}
