@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from labs.experiments import scenario_settings
 from labs.experiments.cluster_faults import set_full_coverage
 from labs.experiments.cluster_load import (
     Charged,
@@ -56,15 +57,17 @@ Mark = Callable[[str], None]  # called with a label when the fault starts (a liv
 
 
 def worker_settings(startup: Sequence[Address], stream: str, shards: int, ledger: Path, **overrides: Any) -> Settings:
-    """The scenarios' worker: 5 ms handler, short BLOCK, rescuer after 1.5 s idle, sqlite dedupe."""
-    values: dict[str, Any] = {
-        "cluster": tuple(startup), "shards": shards, "stream": stream, "group": GROUP, "consumer": "w1",
-        "ledger": ledger, "handler_delay_ms": 5, "block_ms": 500, "min_idle_ms": 1500, "claim_interval_ms": 250,
-        "metrics_interval_s": 60.0, "drain_timeout_s": 10.0, "dedupe": "sqlite",
-        "ledger_busy_timeout_ms": 5000,  # nothing else writes the scenario's ledger; bounds the drain's wait
-    }
-    values.update(overrides)
-    return Settings(**values)
+    """The scenarios' worker: the experiments' base on the cluster, 5 ms handler, rescuer after 1.5 s idle.
+
+    A scenario changes fields with ``dataclasses.replace`` on the result; ``overrides`` is the
+    older way, kept for tests/test_cluster_worker.py and tests/test_shard_worker.py (deprecated).
+    """
+    settings = replace(
+        scenario_settings.base(stream, ledger, cluster=startup), shards=shards, consumer="w1", handler_delay_ms=5,
+        block_ms=500, min_idle_ms=1500, claim_interval_ms=250, drain_timeout_s=10.0, dedupe="sqlite",
+        ledger_busy_timeout_ms=5000,  # nothing else writes the scenario's ledger; bounds the drain's wait
+    )
+    return replace(settings, **overrides) if overrides else settings
 
 
 def startup_nodes(topology: ClusterTopology) -> list[Address]:

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import redis
@@ -76,9 +76,9 @@ async def locked_ledger_run(
         with contextlib.closing(redis.Redis.from_url(redis_url)) as client:
             client.delete(stream, f"{stream}:dlq")
             client.xgroup_create(stream, GROUP, id="0", mkstream=True)
-            worker = Worker(base_settings(
-                redis_url, stream, ledger, consumer="store-outage", dedupe="sqlite", max_attempts=max_attempts,
-                min_idle_ms=min_idle_ms, claim_interval_ms=50, ledger_busy_timeout_ms=100,
+            worker = Worker(replace(
+                base_settings(redis_url, stream, ledger), consumer="store-outage", dedupe="sqlite",
+                max_attempts=max_attempts, min_idle_ms=min_idle_ms, claim_interval_ms=50, ledger_busy_timeout_ms=100,
             ))  # fmt: skip
             task = asyncio.create_task(worker.run())
             sent = before + during

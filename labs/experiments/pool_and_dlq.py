@@ -22,12 +22,13 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import redis
 
+from labs.experiments import scenario_settings
 from labs.polling import poll_async
 from solutions.metrics import Snapshot
 from solutions.settings import Settings
@@ -50,19 +51,10 @@ def add_orders(client: redis.Redis, stream: str, n: int) -> list[str]:
     return [str(x) for x in pipe.execute()]
 
 
-def base_settings(redis_url: str, stream: str, ledger: Path, **overrides: Any) -> Settings:
-    """Settings for a short notebook run: short BLOCK, no metrics chatter, no per-key lanes."""
-    values: dict[str, Any] = {
-        "redis_url": redis_url,
-        "stream": stream,
-        "group": GROUP,
-        "ledger": ledger,
-        "block_ms": 200,
-        "metrics_interval_s": 60,
-        "order_key": "",
-    }
-    values.update(overrides)
-    return Settings(**values)
+def base_settings(redis_url: str, stream: str, ledger: Path) -> Settings:
+    """Settings for a short notebook run: the experiments' base, no per-key lanes (a scenario
+    changes what it needs with ``dataclasses.replace``)."""
+    return replace(scenario_settings.base(stream, ledger, redis_url=redis_url), order_key="")
 
 
 async def run_until(worker: Worker, done: Callable[[], bool], timeout_s: float, on_tick: Callable[[], None]) -> bool:
@@ -104,9 +96,9 @@ async def pool_run(
         client.delete(stream)
         client.xgroup_create(stream, GROUP, id="0", mkstream=True)
         add_orders(client, stream, entries)
-        settings = base_settings(
-            redis_url, stream, ledger, consumer=f"pool-{parallelism}", count=count, parallelism=parallelism,
-            handler_delay_ms=delay_ms, dedupe="none", rescuer=False,
+        settings = replace(
+            base_settings(redis_url, stream, ledger), consumer=f"pool-{parallelism}", count=count,
+            parallelism=parallelism, handler_delay_ms=delay_ms, dedupe="none", rescuer=False,
         )  # fmt: skip
         seen: list[int] = [0]
         started = time.monotonic()
@@ -174,8 +166,8 @@ async def dlq_run(
         add_orders(client, stream, good)
         poison_ids = {label: _xadd(client, stream, fields) for label, fields in POISON.items()}
         worker = Worker(
-            base_settings(
-                redis_url, stream, ledger, consumer="dlq-worker", dedupe="sqlite", handler_delay_ms=5,
+            replace(
+                base_settings(redis_url, stream, ledger), consumer="dlq-worker", dedupe="sqlite", handler_delay_ms=5,
                 fail_every=fail_every, max_attempts=max_attempts, min_idle_ms=100, claim_interval_ms=100,
             )
         )  # fmt: skip

@@ -27,12 +27,13 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import redis
 from redis.typing import EncodableT, FieldT
 
+from labs.experiments import scenario_settings
 from labs.polling import poll_async
 from solutions.settings import Settings
 from solutions.worker import Worker
@@ -77,20 +78,8 @@ def worker_command(redis_url: str, stream: str, dedupe: str, ledger: Path, handl
 
 def rescuer_settings(redis_url: str, stream: str, dedupe: str, ledger: Path) -> Settings:
     """The in-process worker that picks the dead worker's entry up (min idle 300 ms, every 100 ms)."""
-    return Settings(
-        redis_url=redis_url,
-        stream=stream,
-        group=GROUP,
-        consumer=RESCUER,
-        dedupe=dedupe,
-        ledger=ledger,
-        handler_delay_ms=5,
-        min_idle_ms=300,
-        claim_interval_ms=100,
-        block_ms=200,
-        metrics_interval_s=60,
-        order_key="",
-    )
+    return replace(scenario_settings.base(stream, ledger, redis_url=redis_url), consumer=RESCUER, dedupe=dedupe,
+                   handler_delay_ms=5, min_idle_ms=300, claim_interval_ms=100, order_key="")
 
 
 async def crash_and_rescue(

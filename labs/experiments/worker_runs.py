@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from labs.experiments import scenario_settings
 from labs.polling import wait_until_async
 from solutions.settings import Settings
 from solutions.worker import Worker
@@ -24,24 +26,11 @@ def bench_settings(
     count: int,
     delay_ms: int = 0,
 ) -> Settings:
-    """Settings for a throughput run: no rescuer, no metrics chatter, a short BLOCK."""
-    return Settings(
-        redis_url=url,
-        stream=stream,
-        group="billing",
-        consumer="bench-worker",
-        dedupe=dedupe,
-        ledger=ledger,
-        parallelism=parallelism,
-        count=count,
-        block_ms=500,
-        handler_delay_ms=delay_ms,
-        handler_jitter_ms=0,
-        fail_every=0,
-        rescuer=False,
-        metrics_interval_s=3600.0,
-        drain_timeout_s=10.0,
-    )
+    """Settings for a throughput run: the experiments' base with no rescuer, no metrics chatter, a 500 ms BLOCK."""
+    return replace(scenario_settings.base(stream, ledger, redis_url=url), consumer="bench-worker", dedupe=dedupe,
+                   parallelism=parallelism, count=count, block_ms=500, handler_delay_ms=delay_ms,
+                   handler_jitter_ms=0, fail_every=0, rescuer=False, metrics_interval_s=3600.0,
+                   drain_timeout_s=10.0)
 
 
 async def run_worker(settings: Settings, n: int, *, timeout_s: float = 300.0) -> float:
