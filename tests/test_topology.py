@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -70,7 +71,7 @@ def test_foreign_process_on_the_port_is_one_clear_error(tmp_path: Path) -> None:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        topo = Topology.create("single", tmp_path, server_ports=[port], port_vars={port: "LAB_SINGLE_PORT"})
+        topo = topologies.create("single", tmp_path, server_ports=[port], port_vars={port: "LAB_SINGLE_PORT"})
         with pytest.raises(LauncherError) as err:
             topo.ensure()
     message = str(err.value)
@@ -80,7 +81,7 @@ def test_foreign_process_on_the_port_is_one_clear_error(tmp_path: Path) -> None:
 
 def test_process_that_dies_at_start_shows_its_log(tmp_path: Path) -> None:
     topo = topologies.on_free_ports("single", tmp_path)
-    bad = Topology.create(
+    bad = topologies.create(
         "single", tmp_path, server_ports=[topo.servers[0].port], extra_config=("maxmemory-policy bogus",)
     )
     with pytest.raises(LauncherError) as err:
@@ -150,10 +151,32 @@ def _replica_flags(topo: Topology) -> str:
 
 def test_sentinel_needs_a_replica_and_three_sentinels(tmp_path: Path) -> None:
     with pytest.raises(LauncherError, match="three sentinels"):
-        Topology.create("sentinel", tmp_path, server_ports=[7001, 7002], sentinel_ports=[7003])
+        topologies.create("sentinel", tmp_path, server_ports=[7001, 7002], sentinel_ports=[7003])
 
 
 def test_unknown_topology_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LauncherError, match="unknown topology"):
-        Topology.create("galaxy", tmp_path, server_ports=[7001])
+        topologies.create("galaxy", tmp_path, server_ports=[7001])
+
+
+# Files that still build a topology through the Topology class's own constructors, each its
+# owner's (issue 41, item 4: one topology factory, labs.launcher.topologies); the lead clears it.
+OLD_FACTORY_CALLERS = {
+    "notebooks/03_persistence_and_replication.ipynb": "notebook 03's owner",
+    "notebooks/04_lab1.ipynb": "notebook 04's owner",
+    "notebooks/10_monitoring_and_incidents.ipynb": "notebook 10's owner",
+    "tests/test_compose.py": "the compose test",
+}
+
+
+def test_one_topology_factory() -> None:
+    """A topology is built by labs.launcher.topologies (create, from_env, on_free_ports), which knows
+    every kind, the cluster too; Topology's own constructors are its builders, not a second factory."""
+    root = Path(__file__).resolve().parents[1]
+    old = re.compile(r"\bTopology\.(create|from_env|on_free_ports)\(")
+    paths = [*root.glob("labs/**/*.py"), *root.glob("tests/*.py"), *root.glob("notebooks/*.ipynb")]
+    callers = {str(p.relative_to(root)) for p in paths if p.exists() and old.search(p.read_text())}
+    callers -= {"labs/launcher/topologies.py", "tests/test_topology.py"}
+    assert sorted(callers - set(OLD_FACTORY_CALLERS)) == [], "build it with labs.launcher.topologies"
+    assert sorted(set(OLD_FACTORY_CALLERS) - callers) == [], "gone: remove from OLD_FACTORY_CALLERS"
 

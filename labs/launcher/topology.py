@@ -62,7 +62,12 @@ class FailoverResult:
 
 @dataclass
 class Topology:
-    """One topology on fixed ports. Build it with :meth:`from_env` or :meth:`on_free_ports`."""
+    """One topology on fixed ports. Build it with :mod:`labs.launcher.topologies` (``create``,
+    ``from_env``, ``on_free_ports``), the one factory, which knows every kind, the cluster too.
+
+    The classmethods below are that factory's builders for the kinds this module knows; calling them
+    directly is deprecated (tests/test_topology.py lists the files that still do).
+    """
 
     name: str
     home: Path
