@@ -47,7 +47,7 @@ class ProducerOptions:
             "" if self.orders > 0 else f"orders must be > 0, got {self.orders}",
         ]
         if any(problems):
-            raise ValueError("; ".join(p for p in problems if p))
+            raise ValueError("invalid producer options: " + "; ".join(p for p in problems if p))
 
     @property
     def socket_timeout_s(self) -> float:

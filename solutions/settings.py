@@ -87,7 +87,7 @@ class Endpoint:
         problems = endpoint_problems(redis_url=self.redis_url, sentinels=self.sentinels, cluster=self.cluster,
                                      shards=self.shards)
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("invalid settings: " + "; ".join(problems))  # as Settings says it
         object.__setattr__(self, "sentinels", addresses(self.sentinels))
         object.__setattr__(self, "cluster", addresses(self.cluster))
 

@@ -63,6 +63,6 @@ def test_another_shard_count_or_shards_alone_is_one_clear_line(cluster: ClusterT
     lone = produce("--shards", "3", "--count", "1")
     assert lone.returncode == 2
     assert " ".join(lone.stderr.split()) == (
-        "billing-producer: error: shards needs cluster (a stream is sharded on a cluster) "
+        "billing-producer: error: invalid settings: shards needs cluster (a stream is sharded on a cluster) "
         "(see billing-producer --help)"
     )
