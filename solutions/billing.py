@@ -12,9 +12,8 @@ import logging
 import signal
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from solutions.cli import HelpFormatter, Parser, add_connection_flags, cluster_stream_problem, endpoint_from_args
 from solutions.cluster_site import ClusterSite
@@ -39,11 +38,13 @@ def ledger_path(text: str) -> Path:
     return path
 
 
-def _flag(parser: argparse._ActionsContainer, name: str, default: object, help_text: str, **kw: Any) -> None:
-    """``--name`` with ``BILLING_<NAME>`` as its default; argparse converts (and checks) a string default too."""
-    kind: Callable[[str], object] = kw.pop("type", type(default) if default is not None else str)
+def _flag(parser: argparse._ActionsContainer, name: str, default: str | int | float | None, help_text: str, *,
+          kind: Callable[[str], str | int | float | Path] | None = None, choices: Sequence[str] | None = None) -> None:
+    """``--name`` with ``BILLING_<NAME>`` as its default; argparse converts (and checks) a string default too
+    (with ``kind``, else the default's own type)."""
+    kind = kind or (type(default) if default is not None else str)
     env = env_default(name, "")
-    parser.add_argument(f"--{name}", default=env or default, help=help_text, type=kind, **kw)
+    parser.add_argument(f"--{name}", default=env or default, help=help_text, type=kind, choices=choices)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,7 +100,7 @@ def _delivery_flags(p: argparse.ArgumentParser) -> None:
         "XACK; sqlite: charge and applied_events row in one transaction (exactly once)",
         choices=DEDUPE_STRATEGIES,
     )
-    _flag(g, "ledger", str(DEFAULT_LEDGER), "SQLite file of charges (WAL); its directory must exist", type=ledger_path)
+    _flag(g, "ledger", str(DEFAULT_LEDGER), "SQLite file of charges (WAL); its directory must exist", kind=ledger_path)
     _flag(
         g,
         "ledger-busy-timeout-ms",
@@ -118,7 +119,7 @@ def _work_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("shutdown and observability")
     _flag(g, "drain-timeout-s", 30.0, "on SIGINT/SIGTERM, how long in-flight handlers may finish")
     _flag(g, "metrics-interval-s", 10.0, "log the counters and gauges this often")
-    _flag(g, "metrics-port", None, "serve Prometheus /metrics on this port (default: off)", type=int)
+    _flag(g, "metrics-port", None, "serve Prometheus /metrics on this port (default: off)", kind=int)
     _flag(g, "metrics-host", "127.0.0.1", "address the /metrics endpoint binds to (0.0.0.0: every interface)")
     _flag(g, "log-level", "INFO", "DEBUG, INFO, WARNING ...")
 

@@ -18,14 +18,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 RECANCEL_AFTER_S = 1.0  # a task still running this long after its cancel is cancelled again
 
 
-async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]], timeout_s: float) -> set[asyncio.Future[Any]]:
+async def cancel_and_wait(tasks: Iterable[asyncio.Future[T]], timeout_s: float) -> set[asyncio.Future[T]]:
     """Cancel ``tasks`` and wait up to ``timeout_s`` for them to end, cancelling again every
     :data:`RECANCEL_AFTER_S` any that went on; the ones still running at the deadline (logged)."""
     tasks = list(tasks)
@@ -49,10 +50,10 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]], timeout_s: float
     return pending
 
 
-def _ended(tasks: Iterable[asyncio.Future[Any]]) -> list[asyncio.Future[Any]]:
+def _ended(tasks: Iterable[asyncio.Future[T]]) -> list[asyncio.Future[T]]:
     """The ones that ended other than by a cancel."""
     return [task for task in tasks if task.done() and not task.cancelled()]
 
 
-def _names(tasks: Iterable[asyncio.Future[Any]]) -> str:
+def _names(tasks: Iterable[asyncio.Future[T]]) -> str:
     return ", ".join(sorted(t.get_name() if isinstance(t, asyncio.Task) else repr(t) for t in tasks))

@@ -106,8 +106,8 @@ class ShardClient(aioredis.Redis):
 
     async def execute_command(self, *args: object, **options: object) -> object:
         """Any command, on the master of this client's slot (MOVED, ASK and failovers followed)."""
-        parent = super().execute_command
-        return await self.routed(lambda: parent(*args, **options), ask=(args, options))  # type: ignore[no-untyped-call]
+        parent: Callable[..., Awaitable[object]] = super().execute_command  # redis-py leaves it unannotated
+        return await self.routed(lambda: parent(*args, **options), ask=(args, options))
 
     async def drop_stale_connections(self) -> int:
         """Close this shard's connections (idle or in use) to a node that no longer owns its slot.

@@ -13,11 +13,12 @@ import contextlib
 import logging
 import random
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol, TypedDict
 
 import hiredis
 import redis.asyncio as aioredis
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import AbstractConnection, Connection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelManagedConnection
 from redis.backoff import ExponentialWithJitterBackoff
@@ -30,6 +31,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import EncodableT
 
 from solutions.settings import Address
 
@@ -51,18 +53,43 @@ REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, OSError)
 
 log = logging.getLogger(__name__)
 
-
-def _client_options(socket_timeout_s: float) -> dict[str, Any]:
-    return {
-        "socket_timeout": socket_timeout_s,
-        "socket_connect_timeout": CONNECT_TIMEOUT_S,
-        "retry": Retry(ExponentialWithJitterBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S), RETRIES),
-        "retry_on_error": [RedisConnectionError, RedisTimeoutError, BusyLoadingError],
-        "health_check_interval": 10,
-    }
+PackedCommand = bytes | str | Iterable[bytes]  # what a connection's send_packed_command takes
 
 
-class HiredisPacking:
+class Commands(Protocol):
+    """Whatever sends a command with ``execute_command`` (a client, a node of a cluster), typed here:
+    redis-py leaves ``execute_command`` unannotated. The reply is whatever Redis sent (RESP), so
+    ``Any`` until the caller reads it."""
+
+    def execute_command(self, *args: EncodableT, **options: Any) -> Awaitable[Any]: ...
+
+
+def execute(client: Commands, *args: EncodableT) -> Awaitable[Any]:
+    """``client.execute_command(*args)`` through :class:`Commands` (its reply: see there)."""
+    return client.execute_command(*args)
+
+
+class ClientOptions(TypedDict):
+    """The keyword arguments every client here is made with."""
+
+    socket_timeout: float
+    socket_connect_timeout: float
+    retry: Retry
+    retry_on_error: list[type[Exception]]
+    health_check_interval: int
+
+
+def _client_options(socket_timeout_s: float) -> ClientOptions:
+    return ClientOptions(
+        socket_timeout=socket_timeout_s,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        retry=Retry(ExponentialWithJitterBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S), RETRIES),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError, BusyLoadingError],
+        health_check_interval=10,
+    )
+
+
+class HiredisPacking(AbstractConnection):
     """Packs commands with ``hiredis.pack_command`` (C) instead of redis-py's Python loop.
 
     redis-py's sync client already packs with hiredis when it is installed; ``redis.asyncio``
@@ -73,18 +100,15 @@ class HiredisPacking:
     ``CONFIG GET``, an encoding other than UTF-8) goes to redis-py's own packer.
     """
 
-    encoder: Any
-
-    def pack_command(self, *args: Any) -> list[bytes]:
+    def pack_command(self, *args: EncodableT) -> list[bytes]:
         first = args[0]
         one_word = " " not in first if type(first) is str else type(first) is bytes and b" " not in first
         if one_word and self.encoder.encoding == "utf-8":
             try:
-                return [hiredis.pack_command(args)]
+                return [hiredis.pack_command(args)]  # type: ignore[arg-type]  # a bytearray: TypeError, below
             except TypeError:
                 pass  # redis-py's packer converts it or raises its own DataError
-        packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]
-        return packed
+        return super().pack_command(*args)
 
 
 class PackingConnection(HiredisPacking, Connection):
@@ -101,9 +125,10 @@ class MasterFollowingConnection(HiredisPacking, SentinelManagedConnection):
     master. Reconnecting through :meth:`connect` looks the master up first.
     """
 
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+    async def send_packed_command(self, command: PackedCommand, check_health: bool = True) -> None:
         if not self.is_connected:
-            await self.connect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+            reconnect: Callable[[], Awaitable[None]] = self.connect  # redis-py leaves connect unannotated
+            await reconnect()
         await super().send_packed_command(command, check_health)
 
 
@@ -140,22 +165,23 @@ class Direct:
         self._busy = False
         self.enabled = type(client).execute_command is aioredis.Redis.execute_command
 
-    async def call(self, *args: Any) -> Any:
+    async def call(self, *args: EncodableT) -> Any:  # the reply, as Redis sent it (see Commands)
         """The reply to ``args``, as ``client.execute_command(*args)`` without response callbacks."""
         if self._busy or not self.enabled:
-            return await self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+            return await execute(self.client, *args)
         self._busy = True
         try:
             conn = self._conn
             if conn is None:
-                conn = self._conn = await self.client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+                take: Callable[[], Awaitable[Connection]] = self.client.connection_pool.get_connection  # unannotated
+                conn = self._conn = await take()
             await conn.send_command(*args)
             return await conn.read_response()
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             log.debug("direct %s failed (%s); the client retries it", args[0], describe(exc))
         finally:
             self._busy = False
-        return await self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+        return await execute(self.client, *args)
 
 
 def connect(
@@ -172,7 +198,8 @@ def connect(
     """
     options = _client_options(socket_timeout_s)
     if sentinels:
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        make_sentinel: Callable[..., Sentinel] = Sentinel  # redis-py leaves Sentinel.__init__ unannotated
+        sentinel = make_sentinel(
             list(sentinels),
             socket_timeout=CONNECT_TIMEOUT_S,
             sentinel_kwargs={

@@ -33,9 +33,10 @@ from solutions.settings import Address
 log = logging.getLogger(__name__)
 
 SWITCH_CHANNEL = "+switch-master"
+PubSubData = bytes | str | int | None  # a value of a Pub/Sub message (its channel, its data, a count)
 
 
-def parse_switch(data: object) -> tuple[str, Address, Address] | None:
+def parse_switch(data: PubSubData) -> tuple[str, Address, Address] | None:
     """``(name, old, new)`` from a ``+switch-master`` payload; None when it does not parse."""
     text = data.decode() if isinstance(data, bytes) else str(data)
     parts = text.split()
@@ -105,7 +106,7 @@ class FailoverWatch:
             finally:
                 self.subscribed -= 1
 
-    async def on_message(self, message: Mapping[str, object]) -> bool:
+    async def on_message(self, message: Mapping[str, PubSubData]) -> bool:
         """Handle one Pub/Sub message; True when it made us drop the connections."""
         switch = parse_switch(message.get("data"))
         if switch is None or switch[0] != self.master_name or switch[2] == self.current:

@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
 from solutions import checkpoints
 from solutions.charges import Charge, Charges, batches_of
@@ -57,6 +57,7 @@ __all__ = ["BUSY_TIMEOUT_MS", "SCHEMA", "Charge", "Charges", "Ledger", "batches_
 BUSY_TIMEOUT_MS = 30_000
 PROBE_BUSY_TIMEOUT_MS = 1_000  # a probe waits at most this for another process's lock
 T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS charges (
@@ -199,7 +200,8 @@ class Ledger:
         self._transaction(busy_ms, _probe_write, time.time())
         self._transaction(busy_ms, _wal_back, begin=False)
 
-    def _transaction(self, busy_ms: int, body: Callable[..., T], *args: object, begin: bool = True) -> T:
+    def _transaction(self, busy_ms: int, body: Callable[[sqlite3.Connection, *Args], T], *args: *Args,
+                     begin: bool = True) -> T:
         """``BEGIN IMMEDIATE``, ``body(db, *args)``, ``COMMIT`` on our connection (opened if need
         be), under the lock (``begin=False``: ``body`` alone, outside a transaction, as a
         checkpoint must be). A failure of the store is raised as ``LedgerUnavailable``."""

@@ -46,7 +46,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -101,7 +101,7 @@ class Snapshot:
     store_up: float = 1.0
     processing_lag_s: float = 0.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def line(self) -> str:
@@ -181,7 +181,7 @@ class Metrics:
         self.lag.observe(lag_s, n)
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(**self.values.as_dict())
+        return replace(self.values)  # a copy
 
     def serve(self, port: int, host: str = DEFAULT_HOST) -> None:
         """Serve ``/metrics`` for Prometheus on ``host:port`` (loopback unless told otherwise)."""

@@ -23,7 +23,17 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from solutions.connection import REDIS_ERRORS, Backoff, Client, Direct, Streak, classify, describe, is_busygroup
+from solutions.connection import (
+    REDIS_ERRORS,
+    Backoff,
+    Client,
+    Direct,
+    Streak,
+    classify,
+    describe,
+    execute,
+    is_busygroup,
+)
 from solutions.messages import Delivery, RawFields, flat_fields
 from solutions.settings import Settings
 from solutions.store_breaker import StoreBreaker
@@ -37,7 +47,7 @@ Entry = tuple[bytes, RawFields | None]  # an id and its fields (None: deleted wh
 XREADGROUP = b"XREADGROUP"  # as bytes: see xreadgroup_entries
 
 
-def decode_id(raw: object) -> str:
+def decode_id(raw: bytes | str | int) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
@@ -72,13 +82,15 @@ async def xreadgroup_entries(client: Client, settings: Settings, cursor: str, bl
         return _flattened(parsed)
     block = (b"BLOCK", block_ms) if block_ms is not None else ()
     args = (XREADGROUP, b"GROUP", s.group, s.consumer, b"COUNT", s.count, *block, b"STREAMS", s.stream, cursor)
-    reply: Any = await (direct.call(*args) if direct else client.execute_command(*args))  # type: ignore[no-untyped-call]
+    reply = await (direct.call(*args) if direct else execute(client, *args))
     if not reply:
         return []
+    entries: list[Entry]
     if isinstance(reply, dict):  # RESP3: a map of one stream
         (entries,) = reply.values()
-        return entries  # type: ignore[no-any-return]
-    return reply[0][1]  # type: ignore[no-any-return]
+    else:
+        entries = reply[0][1]
+    return entries
 
 
 def _flattened(parsed: Any) -> list[Entry]:

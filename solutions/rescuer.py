@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypedDict
 
 from solutions.connection import REDIS_ERRORS, Backoff, Client, Streak, describe
 from solutions.messages import Delivery, flat_fields
@@ -46,6 +46,15 @@ return 0
 """
 MIN_LEASE_MS = 1000
 MAX_PAGES_PER_ROUND = 16
+
+
+class PendingRow(TypedDict):
+    """One row of redis-py's ``xpending_range`` reply (``XPENDING ... IDLE``), as the journal reads it."""
+
+    message_id: bytes
+    consumer: bytes
+    time_since_delivered: int
+    times_delivered: int
 
 
 class Rescuer:
@@ -142,7 +151,7 @@ class Rescuer:
             pending, claim = await pipe.execute()
         before = {decode_id(row["message_id"]): row for row in pending}
         self.cursor = decode_id(claim[0])
-        claimed: list[tuple[Any, Any]] = list(claim[1])
+        claimed: list[tuple[bytes, Mapping[bytes, bytes] | None]] = list(claim[1])  # XAUTOCLAIM's, parsed
         deleted = [decode_id(i) for i in (claim[2] if len(claim) > 2 else [])]
         if deleted:
             await self._ack_deleted(deleted)
@@ -153,7 +162,8 @@ class Rescuer:
         self.metrics.inc("reclaimed", accepted)
         return accepted
 
-    def _journal(self, msg_id: str, fields: Any, before: dict[str, Any], counts: dict[str, int]) -> Delivery:
+    def _journal(self, msg_id: str, fields: Mapping[bytes, bytes] | None, before: dict[str, PendingRow],
+                 counts: dict[str, int]) -> Delivery:
         row = before.get(msg_id)
         owner = decode_id(row["consumer"]) if row else "?"
         idle_ms = int(row["time_since_delivered"]) if row else -1

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import IO, Protocol
 
 from redis.exceptions import BusyLoadingError, RedisError, ResponseError
+from redis.typing import EncodableT, FieldT
 
 from solutions.connection import Backoff, Client, Streak, describe
 from solutions.event_ids import new_event_id
@@ -118,7 +119,8 @@ class Sender:
         a = self.options
         try:
             async with self.client.pipeline(transaction=False) as pipe:
-                pipe.xadd(a.stream, event, maxlen=a.maxlen, approximate=True)  # type: ignore[arg-type]
+                fields: dict[FieldT, EncodableT] = {name: value for name, value in event.items()}  # redis-py's types
+                pipe.xadd(a.stream, fields, maxlen=a.maxlen, approximate=True)
                 if a.wait_replicas:
                     pipe.wait(a.wait_replicas, a.wait_timeout_ms)
                 replies = await pipe.execute(raise_on_error=False)

@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from solutions.connection import PackingConnection
+from solutions.connection import PackedCommand, PackingConnection, execute
 from solutions.settings import Address, InputError
 
 log = logging.getLogger(__name__)
@@ -132,9 +132,7 @@ class SlotMap:
             known = (a for a in self._owners if a is not None)
             for addr in dict.fromkeys([*dict.fromkeys(known), *self._startup]):
                 try:
-                    reply = await self.node(addr, probe=True).execute_command(  # type: ignore[no-untyped-call]
-                        "CLUSTER", "SLOTS"
-                    )
+                    reply = await execute(self.node(addr, probe=True), "CLUSTER", "SLOTS")
                 except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
                     last = exc
                     continue
@@ -194,7 +192,7 @@ class SlotOwnerConnection(PackingConnection):
             self.host, self.port = self._owner()
         await super().connect_check_health(check_health, retry_socket_connect)
 
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+    async def send_packed_command(self, command: PackedCommand, check_health: bool = True) -> None:
         if self.is_connected and (self.host, self.port) != self._owner():
             await self.disconnect()
         await super().send_packed_command(command, check_health)

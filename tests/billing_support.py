@@ -10,9 +10,10 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import redis
+from redis.typing import EncodableT
 
 from labs.launcher.process import RedisProcess
 from labs.polling import until as until  # the one polling rule (labs/polling.py)
@@ -25,6 +26,18 @@ from solutions.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"block_ms": 200, "metrics_interval_s": 60.0, "drain_timeout_s": 5.0}
+
+
+class SyncCommands(Protocol):
+    """A sync client (``redis.Redis``, ``RedisCluster``) seen through a typed ``execute_command``:
+    redis-py leaves it unannotated. The reply is whatever Redis sent."""
+
+    def execute_command(self, *args: EncodableT, **options: Any) -> Any: ...
+
+
+def command(client: SyncCommands, *args: EncodableT) -> Any:
+    """``client.execute_command(*args)``, typed (see :class:`SyncCommands`); the reply as Redis sent it."""
+    return client.execute_command(*args)
 
 
 def settings(url: str, prefix: str, ledger: Path, **overrides: Any) -> Settings:

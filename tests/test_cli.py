@@ -76,7 +76,7 @@ def test_flags_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_invalid_settings_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="invalid settings"):
-        Settings(**bad)  # type: ignore[arg-type]
+        Settings(**bad)  # type: ignore[arg-type]  # each case gives one field a bad value
 
 
 def test_help_explains_every_flag_with_its_default() -> None:

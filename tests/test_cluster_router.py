@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from billing_support import error_count, until, wait_until
+from billing_support import command, error_count, until, wait_until
 
 from labs.experiments.cluster_worker import startup_nodes
 from labs.launcher.cluster import ClusterTopology
@@ -271,7 +271,7 @@ def test_clusterdown_is_waited_out_with_backoff_not_a_hot_loop(
     with contextlib.closing(node.client()) as admin:
         # One uncovered slot on this node plus full coverage required: it answers CLUSTERDOWN for every key.
         admin.config_set("cluster-require-full-coverage", "yes")
-        admin.execute_command("CLUSTER", "DELSLOTS", other_slot)  # type: ignore[no-untyped-call]
+        command(admin, "CLUSTER", "DELSLOTS", other_slot)
         try:
             wait_until(lambda: admin.cluster("INFO")["cluster_state"] == "fail", 5,
                        "the node to say cluster_state:fail")
@@ -283,7 +283,7 @@ def test_clusterdown_is_waited_out_with_backoff_not_a_hot_loop(
                     await asyncio.sleep(window_s)
                     attempts = error_count(node, "CLUSTERDOWN") - before
                     assert not task.done()
-                    admin.execute_command("CLUSTER", "ADDSLOTS", other_slot)  # type: ignore[no-untyped-call]
+                    command(admin, "CLUSTER", "ADDSLOTS", other_slot)
                     admin.config_set("cluster-require-full-coverage", "no")
                     await asyncio.wait_for(task, 10)
                     await router.client(name).delete(name)
@@ -293,7 +293,7 @@ def test_clusterdown_is_waited_out_with_backoff_not_a_hot_loop(
                 attempts = asyncio.run(scenario())
         finally:
             with contextlib.suppress(redis.ResponseError):
-                admin.execute_command("CLUSTER", "ADDSLOTS", other_slot)  # type: ignore[no-untyped-call]
+                command(admin, "CLUSTER", "ADDSLOTS", other_slot)
             admin.config_set("cluster-require-full-coverage", "no")
     assert 3 <= attempts <= 20, f"{attempts} attempts in {window_s} s: backoff, not a hot loop"
     lines = [r.getMessage() for r in caplog.records if f"slot {slot_of(name)} " in r.getMessage()]
@@ -323,7 +323,7 @@ def test_a_pipeline_that_reads_errors_in_place_gets_clusterdown_back_when_the_ro
     other_slot = lo if lo != slot_of(name) else lo + 1
     with contextlib.closing(node.client()) as admin:
         admin.config_set("cluster-require-full-coverage", "yes")
-        admin.execute_command("CLUSTER", "DELSLOTS", other_slot)  # type: ignore[no-untyped-call]
+        command(admin, "CLUSTER", "DELSLOTS", other_slot)
         try:
             wait_until(lambda: admin.cluster("INFO")["cluster_state"] == "fail", 5,
                        "the node to say cluster_state:fail")
@@ -340,7 +340,7 @@ def test_a_pipeline_that_reads_errors_in_place_gets_clusterdown_back_when_the_ro
             replies, waited_s = asyncio.run(scenario())
         finally:
             with contextlib.suppress(redis.ResponseError):
-                admin.execute_command("CLUSTER", "ADDSLOTS", other_slot)  # type: ignore[no-untyped-call]
+                command(admin, "CLUSTER", "ADDSLOTS", other_slot)
             admin.config_set("cluster-require-full-coverage", "no")
     assert len(replies) == 1 and isinstance(replies[0], redis.exceptions.ClusterDownError), replies
     assert waited_s >= 0.5, "it was waited out for retry_for_s first"

@@ -206,8 +206,8 @@ def test_a_lost_connection_is_unknown_but_a_bug_is_not_swallowed() -> None:
             return Pipe(self.error)
 
     options = ProducerOptions(count=1)
-    lost = Sender(Client(RedisConnectionError("Connection reset by peer")), options, None)  # type: ignore[arg-type]
+    lost = Sender(Client(RedisConnectionError("Connection reset by peer")), options, None)  # type: ignore[arg-type]  # a fake
     assert asyncio.run(lost.attempt({"event_id": "e-1"})).status == UNKNOWN
-    buggy = Sender(Client(TypeError("a bug")), options, None)  # type: ignore[arg-type]
+    buggy = Sender(Client(TypeError("a bug")), options, None)  # type: ignore[arg-type]  # a fake client
     with pytest.raises(TypeError, match="a bug"):
         asyncio.run(buggy.attempt({"event_id": "e-2"}))

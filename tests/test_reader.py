@@ -132,7 +132,7 @@ def test_entries_come_as_redis_sent_them(protocol: int, redis_url: str, key_pref
             new = await xreadgroup_entries(aclient, s, NEW, None)
             client.xdel(s.stream, gone)
             return [new, await xreadgroup_entries(aclient, s, OWN_PENDING, None),
-                    await xreadgroup_entries(RoutedClient(aclient), s, OWN_PENDING, None)]  # type: ignore[arg-type]
+                    await xreadgroup_entries(RoutedClient(aclient), s, OWN_PENDING, None)]  # type: ignore[arg-type]  # not a Redis: the xreadgroup path
 
     new, own, routed = asyncio.run(read())
     fields = [b"type", b"order.paid", b"order_id", b"o-1", b"amount", b"1.50", b"event_id", b"e-1"]

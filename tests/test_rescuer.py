@@ -137,7 +137,7 @@ def test_a_stop_landing_while_the_lease_is_taken_still_gives_it_up(
             await renew(**kwargs)  # Redis gives us the lease ...
             raise asyncio.CancelledError  # ... and the stop lands before we hear it
 
-        rescuer._renew = ran_then_cancelled  # type: ignore[assignment]
+        rescuer._renew = ran_then_cancelled  # type: ignore[assignment]  # a stand-in for the one method
         with pytest.raises(asyncio.CancelledError):
             await rescuer.take_lease()
         assert not rescuer.holding

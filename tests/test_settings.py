@@ -37,7 +37,7 @@ def test_every_problem_is_named_in_one_message() -> None:
 
 
 def test_sentinels_are_normalised() -> None:
-    s = Settings(sentinels=(("127.0.0.1", "26379"),))  # type: ignore[arg-type]
+    s = Settings(sentinels=(("127.0.0.1", "26379"),))  # type: ignore[arg-type]  # the point: a str port
     assert s.sentinels == (("127.0.0.1", 26379),)
 
 

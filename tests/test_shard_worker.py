@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import redis
-from billing_support import ROOT, error_count, hold_ledger_lock, release_ledger_lock, until
+from billing_support import ROOT, command, error_count, hold_ledger_lock, release_ledger_lock, until
 
 from labs.experiments.cluster_load import fill, key_order_violations, read_charges
 from labs.experiments.cluster_worker import running, startup_nodes, worker_settings
@@ -87,7 +87,7 @@ def test_clusterdown_on_one_master_is_backoff_and_the_other_shards_keep_charging
             async with running(worker_settings(startup, "sw:down", 3, ledger)):
                 with contextlib.closing(down.client()) as admin:
                     admin.config_set("cluster-require-full-coverage", "yes")
-                    admin.execute_command("CLUSTER", "DELSLOTS", spare)  # type: ignore[no-untyped-call]
+                    command(admin, "CLUSTER", "DELSLOTS", spare)
                     try:
                         await until(lambda: admin.cluster("INFO")["cluster_state"] == "fail", 5,
                                     "the node to say cluster_state:fail", poll_s=0.05)
@@ -105,7 +105,7 @@ def test_clusterdown_on_one_master_is_backoff_and_the_other_shards_keep_charging
                         charged_during = len(read_charges(ledger)) - charged_before
                     finally:
                         with contextlib.suppress(redis.ResponseError):
-                            admin.execute_command("CLUSTER", "ADDSLOTS", spare)  # type: ignore[no-untyped-call]
+                            command(admin, "CLUSTER", "ADDSLOTS", spare)
                         admin.config_set("cluster-require-full-coverage", "no")
                 filled = await fill(router, shards, 10, prefix="after")
                 await until(lambda: len(read_charges(ledger)) >= charged_before + charged_during + filled, 15,

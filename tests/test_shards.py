@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 import redis
+from billing_support import command
 
 from labs.experiments.cluster_worker import startup_nodes
 from labs.launcher.cluster import ClusterTopology
@@ -38,7 +39,7 @@ EVEN_LAYOUT = [[(0, 5460)], [(5461, 10922)], [(10923, 16383)]]
 
 def _owner_port(cluster: ClusterTopology, key: str) -> int:
     with contextlib.closing(cluster.servers[0].client()) as client:
-        slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))  # type: ignore[no-untyped-call]
+        slot = int(command(client, "CLUSTER", "KEYSLOT", key))
     owner = next(n for n in cluster.nodes() if n.is_master and n.owns(slot))
     return owner.port
 
@@ -69,7 +70,7 @@ def test_slot_of_agrees_with_cluster_keyslot(cluster: ClusterTopology) -> None:
     keys = ["orders", "orders:{0}", "orders:{0}:dlq", "x{}y", "{a}b{c}", "processed:orders:{7}:billing:e1"]
     with contextlib.closing(cluster.servers[0].client()) as client:
         for key in keys:
-            assert slot_of(key) == int(client.execute_command("CLUSTER", "KEYSLOT", key))  # type: ignore[no-untyped-call]
+            assert slot_of(key) == int(command(client, "CLUSTER", "KEYSLOT", key))
 
 
 def test_shard_of_is_the_same_in_another_process_with_another_hash_seed() -> None:
@@ -94,9 +95,9 @@ def test_every_key_of_a_shard_shares_its_slot_so_scripts_stay_single_slot(cluste
     assert (per_shard.dlq_stream, per_shard.rescuer_lease_key) == (keys.dlq, keys.rescuer_lease)
     script = "for i, k in ipairs(KEYS) do redis.call('SET', k, '1', 'PX', 5000) end return #KEYS"
     with redis.Redis(port=_owner_port(cluster, shard)) as owner:
-        assert owner.eval(script, 4, *names[1:]) == 4  # type: ignore[no-untyped-call]
+        assert command(owner, "EVAL", script, 4, *names[1:]) == 4
         with pytest.raises(redis.exceptions.ClusterCrossSlotError, match="same slot"):
-            owner.eval(script, 2, keys.dlq, "orders:dlq")  # type: ignore[no-untyped-call]
+            command(owner, "EVAL", script, 2, keys.dlq, "orders:dlq")
         owner.delete(*names[1:4])
 
 
