@@ -15,31 +15,31 @@ from typing import Any
 
 import redis
 
-# (INFO section, field, exporter metric, what it tells the operator)
+# (INFO section, field, exporter metric, what it tells the operator: in Russian, the notebook shows it as is)
 FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("memory", "used_memory", "redis_memory_used_bytes",
-     "bytes the data and buffers take; maxmemory is compared with it minus mem_not_counted_for_evict"),
-    ("memory", "used_memory_peak", "redis_memory_used_peak_bytes", "the highest used_memory since start"),
-    ("memory", "maxmemory", "redis_memory_max_bytes", "the limit; 0 means none (the ratio is then meaningless)"),
-    ("memory", "maxmemory_policy", "redis_instance_info{maxmemory_policy}", "what happens at the limit"),
-    ("memory", "mem_fragmentation_ratio", "redis_mem_fragmentation_ratio", "RSS / used: >1.5 wastes RAM, <1 swaps"),
-    ("memory", "mem_fragmentation_bytes", "redis_mem_fragmentation_bytes", "RSS - used: the size that matters"),
+     "байты данных и буферов; с maxmemory сравнивается это число минус mem_not_counted_for_evict"),
+    ("memory", "used_memory_peak", "redis_memory_used_peak_bytes", "наибольший used_memory с запуска"),
+    ("memory", "maxmemory", "redis_memory_max_bytes", "предел; 0 — предела нет (доля от него бессмысленна)"),
+    ("memory", "maxmemory_policy", "redis_instance_info{maxmemory_policy}", "что происходит у предела"),
+    ("memory", "mem_fragmentation_ratio", "redis_mem_fragmentation_ratio", "RSS / used: >1,5 — RAM впустую, <1 — своп"),
+    ("memory", "mem_fragmentation_bytes", "redis_mem_fragmentation_bytes", "RSS − used: размер, который и важен"),
     ("memory", "allocator_frag_ratio", "redis_allocator_frag_ratio",
-     "allocator active / allocated: real fragmentation"),
-    ("memory", "allocator_frag_bytes", "redis_allocator_frag_bytes", "bytes in partly used pages (RedisFragmented)"),
-    ("clients", "connected_clients", "redis_connected_clients", "open connections (workers, producers, tools)"),
-    ("clients", "blocked_clients", "redis_blocked_clients", "clients waiting in XREADGROUP BLOCK and the like"),
-    ("stats", "rejected_connections", "redis_rejected_connections_total", "connections refused at maxclients"),
-    ("stats", "evicted_keys", "redis_evicted_keys_total", "keys removed to make room (a stream is one key)"),
-    ("stats", "total_error_replies", "redis_total_error_replies", "error replies of every kind (OOM among them)"),
-    ("replication", "role", "redis_instance_info{role}", "master or slave"),
-    ("replication", "connected_slaves", "redis_connected_slaves", "replicas linked to this master"),
-    ("replication", "master_repl_offset", "redis_master_repl_offset", "bytes of the replication stream so far"),
-    ("persistence", "aof_enabled", "redis_aof_enabled", "AOF on (1) or off (0)"),
-    ("persistence", "aof_last_write_status", "redis_aof_last_write_status", "ok, or err when the disk refused"),
-    ("persistence", "rdb_last_bgsave_status", "redis_rdb_last_bgsave_status", "the last snapshot's outcome"),
+     "active / allocated аллокатора: настоящая фрагментация"),
+    ("memory", "allocator_frag_bytes", "redis_allocator_frag_bytes", "байты в полупустых страницах (RedisFragmented)"),
+    ("clients", "connected_clients", "redis_connected_clients", "открытые соединения (воркеры, продюсеры, утилиты)"),
+    ("clients", "blocked_clients", "redis_blocked_clients", "клиенты, ждущие в XREADGROUP BLOCK и подобных"),
+    ("stats", "rejected_connections", "redis_rejected_connections_total", "соединения, отвергнутые на maxclients"),
+    ("stats", "evicted_keys", "redis_evicted_keys_total", "ключи, удалённые ради места (стрим — один ключ)"),
+    ("stats", "total_error_replies", "redis_total_error_replies", "ответы-ошибки всех видов (OOM среди них)"),
+    ("replication", "role", "redis_instance_info{role}", "master или slave"),
+    ("replication", "connected_slaves", "redis_connected_slaves", "реплики, подключённые к этому мастеру"),
+    ("replication", "master_repl_offset", "redis_master_repl_offset", "байты потока репликации с начала"),
+    ("persistence", "aof_enabled", "redis_aof_enabled", "AOF включён (1) или нет (0)"),
+    ("persistence", "aof_last_write_status", "redis_aof_last_write_status", "ok или err, если диск отказал"),
+    ("persistence", "rdb_last_bgsave_status", "redis_rdb_last_bgsave_status", "итог последнего снимка"),
     ("persistence", "rdb_changes_since_last_save", "redis_rdb_changes_since_last_save",
-     "writes since the last RDB snapshot (a crash loses them only without AOF)"),
+     "записи после последнего снимка RDB (падение теряет их, только если нет AOF)"),
 )
 
 
