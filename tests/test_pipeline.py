@@ -18,28 +18,6 @@ from billing_support import charge_counts, produce, running, settings, until
 from solutions.charges import Charges
 from solutions.handler import BillingHandler
 from solutions.messages import Delivery, OrderEvent, flat_fields
-from solutions.pipeline import ALL_LANES, split_runs
-
-
-def _delivery(msg_id: str, order_id: bytes | None) -> Delivery:
-    fields = [b"amount", b"1.00"] + ([b"order_id", order_id] if order_id is not None else [])
-    return Delivery(msg_id, fields)
-
-
-def test_a_batch_splits_into_runs_by_lane_in_stream_order() -> None:
-    batch = [_delivery("1-0", b"a"), _delivery("2-0", b"b"), _delivery("3-0", None), _delivery("4-0", b"a"),
-             _delivery("5-0", b"\xff")]  # no order_id, an undecodable one: each a run on no lane
-    runs = [(lanes, [d.msg_id for d in run]) for lanes, run in split_runs(batch, instant=False, order_key="order_id")]
-    assert runs == [([], ["3-0"]), ([], ["5-0"]), (["a"], ["1-0", "4-0"]), (["b"], ["2-0"])]
-
-
-def test_an_instant_handler_takes_a_batch_as_one_run_and_no_key_means_no_lanes() -> None:
-    batch = [_delivery("1-0", b"a"), _delivery("2-0", b"a")]
-    assert [(lanes, len(run)) for lanes, run in split_runs(batch, instant=True, order_key="order_id")] == [
-        ([ALL_LANES], 2)
-    ]
-    assert [lanes for lanes, _ in split_runs(batch, instant=False, order_key="")] == [[], []]
-    assert list(split_runs([], instant=True, order_key="order_id")) == []
 
 
 def test_a_message_already_in_hand_is_not_started_twice(redis_url: str, key_prefix: str, tmp_path: Path) -> None:
