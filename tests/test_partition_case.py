@@ -40,7 +40,8 @@ def _rows(kinds: tuple[str, ...], tmp: Path) -> dict[str, PartitionRow]:
 
 
 def _shown(row: PartitionRow) -> str:
-    keys = ("confirmed", "charged", "lost", "lost_ids", "minority_confirmed_in_cut", "minority_accepting_s",
+    keys = ("confirmed", "charged", "lost", "lost_ids", "lost_cut_off_side", "lost_earliest_confirm_s",
+            "minority_confirmed_in_cut", "minority_accepting_s",
             "first_charge_after_cut_s", "cut_at_s", "heal_at_s")
     return ", ".join(f"{k}={row.get(k)}" for k in keys)
 
@@ -64,8 +65,12 @@ def test_redis_with_wait_loses_no_confirmed_event(redis_rows: dict[str, Partitio
 def test_redis_without_wait_loses_only_what_the_cut_off_master_confirmed_alone(
         redis_rows: dict[str, PartitionRow]) -> None:
     row = redis_rows["redis"]
-    assert row["lost"] <= row["minority_confirmed_in_cut"], _shown(row)
-    assert all("-min-" in eid for eid in row["lost_ids"]), f"a lost event from the majority's producer: {_shown(row)}"
+    assert row["lost"] == row["lost_cut_off_side"], f"a lost event from the majority's producer: {_shown(row)}"
+    # the unreplicated tail at the cut is lost too: asynchronous replication lags by milliseconds on
+    # loopback; the bound, 1 s before the cut, leaves room for a loaded machine
+    earliest = row["lost_earliest_confirm_s"]
+    assert earliest is None or earliest >= -1.0, (
+        f"a lost event was confirmed {earliest} s from the cut, earlier than the replication tail: {_shown(row)}")
     accepting = row["minority_accepting_s"]
     # min-replicas-max-lag 10 s: the master refuses once no replica acked for 10 s; replicas ack every
     # second (repl-ping), and a loaded machine adds a little: bound 10 + 1 + 3 s.
@@ -107,7 +112,8 @@ def test_figures_count_what_the_cut_off_side_confirmed_and_what_was_lost(tmp_pat
     majority = ProduceLog(attempts=[Attempt("M-1", 1, "confirmed", 104.0, 3.5)], confirmed={"M-1": 104.0})
     ledger = _ledger(tmp_path / "l.sqlite3", [("m-1", 99.6), ("m-2", 100.3), ("M-1", 104.1)])
     row = partition_case._figures(ledger, minority, majority, 90.0, cut, heal)
-    assert row["lost"] == 1 and row["lost_ids"] == ["m-3"]
+    assert row["lost"] == 1 and row["lost_ids"] == ["m-3"] and row["lost_cut_off_side"] == 1
+    assert row["lost_earliest_confirm_s"] == 5.0
     assert row["minority_confirmed_in_cut"] == 1 and row["minority_accepting_s"] == 5.0
     assert row["minority_unconfirmed_in_cut"] == 1
     assert row["first_charge_after_cut_s"] == pytest.approx(4.1)  # M-1 began at 100.5, after the cut
