@@ -10,6 +10,12 @@ it last, so ``make down`` leaves no Erlang process behind.
 Ready means every node runs the rabbit app, ``cluster_status`` lists the three, and the queue
 ``orders`` (quorum, :func:`queue_arguments`) has three online members.
 
+Version: 3.10.8, the newest Debian 12 ships; the 3.10 series is past the end of its community support.
+What 4.x changes for quorum queues (release notes 4.0-4.3): a default delivery limit of 20 (3.10 has
+none; here ``x-delivery-limit`` is always set), message priorities, checkpoints for a faster
+recovery on start, classic-queue mirroring removed (quorum queues and streams are the replicated
+types), Khepri instead of Mnesia and, in 4.3, no ``cluster_partition_handling`` at all.
+
 Every listener is on 127.0.0.1, the Erlang distribution too (:data:`DIST_LOOPBACK`).
 :meth:`RabbitCluster.in_namespaces` puts each node in a network namespace of its own (partitions):
 then each node has its own epmd there, listens on its namespace's address (AMQP, distribution,
