@@ -1,9 +1,8 @@
 """The same partition for all three brokers: the leader, with a producer on its side, cut off from the majority.
 
-Each broker runs in network namespaces (:mod:`labs.launcher.netns`): Redis as three copies under
-Sentinel (:func:`labs.launcher.redis_copies.three_copies`), RabbitMQ's three nodes
-(:meth:`~labs.launcher.rabbitmq.RabbitCluster.in_namespaces`) and NATS's three servers
-(:meth:`~labs.launcher.nats.NatsCluster.in_namespaces`). Two client namespaces join them:
+Each broker runs in network namespaces (:mod:`labs.launcher.partitioned`): Redis as three copies
+under Sentinel (min-replicas-to-write 1), RabbitMQ's three nodes and NATS's three servers. Two
+client namespaces join them:
 
 - ``client-min``, on the leader's side of the cut: a producer that only knows the leader (Redis:
   the master and one sentinel);
@@ -43,7 +42,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from labs import polling
 from labs.compare.consumer import Charger, consume
@@ -51,17 +50,21 @@ from labs.compare.contract import Broker, Event, Settings
 from labs.compare.producer import ProduceLog, make_events, produce
 from labs.compare.scenarios import Row
 from labs.launcher import netns, redis_copies
-from labs.launcher.nats import NatsCluster
-from labs.launcher.rabbitmq import RabbitCluster
-from labs.launcher.topology import SentinelTopology
+from labs.launcher.partitioned import (
+    CLIENT_MAJ,
+    CLIENT_MIN,
+    Address,
+    NatsPartitioned,
+    Partitioned,
+    RabbitPartitioned,
+    RedisPartitioned,
+    in_hub,
+)
 from solutions.ledger import read_rows
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-CLIENT_MIN = "client-min"
-CLIENT_MAJ = "client-maj"
-KINDS = ("redis", "redis+WAIT", "rabbitmq", "nats")
-Address = dict[str, object]  # labs.compare's BrokerAddress, as JSON
+KINDS = ("redis", "redis+WAIT", "redis+WAIT+always", "rabbitmq", "nats", "nats+always")
 
 
 class PartitionRow(Row, total=False):
@@ -105,192 +108,11 @@ def _broker(kind: str, address: Address, queue: str, settings: Settings) -> Brok
     return make_broker(kind, address, queue, settings)  # type: ignore[arg-type,unused-ignore]  # Address is its JSON
 
 
-class NetSite(Protocol):
-    """A broker's cluster in namespaces, as the partition case uses it."""
-
-    @property
-    def fabric(self) -> netns.Fabric: ...
-
-    def prepare(self, kind: str, queue: str, settings: Settings) -> str: ...  # the leader's member name
-
-    def sides(self, leader: str) -> tuple[list[str], list[str]]: ...  # (leader's side, majority), no clients
-
-    def address(self, kind: str, members: list[str]) -> Address: ...
-
-    def durability(self, kind: str) -> str: ...
-
-    def timers(self) -> str: ...
-
-    def stop(self) -> list[int]: ...
-
-
-def _in_hub(fabric: netns.Fabric, fn: Callable[[], T]) -> T:
-    return netns.call_in(fabric.hub_ns, fn)
-
-
 async def _touch(kind: str, address: Address, queue: str, settings: Settings) -> None:
     """Connect an adapter once and close it: its queue (stream, group, durable consumer) exists after."""
     broker = _broker(kind, address, queue, settings)
     await broker.connect()
     await broker.close()
-
-
-@dataclass
-class RedisNetSite:
-    """Three copies under Sentinel (min-replicas-to-write 1), each process in a namespace."""
-
-    topo: SentinelTopology
-    copies: redis_copies.Copies
-
-    @property
-    def fabric(self) -> netns.Fabric:
-        assert self.topo.fabric is not None
-        return self.topo.fabric
-
-    @classmethod
-    def start(cls, run_dir: Path, plan: PartitionPlan) -> RedisNetSite:
-        copies = redis_copies.Copies(down_after_ms=plan.down_after_ms)
-        topo = redis_copies.three_copies(run_dir / "redis", copies, netns=True)
-        site = cls(topo, copies)
-        try:
-            topo.ensure()
-            redis_copies.own(topo)
-            _add_clients(site.fabric)
-        except BaseException:
-            topo.stop()
-            raise
-        return site
-
-    def prepare(self, kind: str, queue: str, settings: Settings) -> str:
-        self.topo.wait_ready()
-        return f"redis-{self.topo.master_addr()[1]}"
-
-    def sides(self, leader: str) -> tuple[list[str], list[str]]:
-        others = [p.name for p in self.topo.servers if p.name != leader]
-        watchers = [p.name for p in self.topo.sentinels]
-        return [leader, watchers[0]], [*others, *watchers[1:]]
-
-    def address(self, kind: str, members: list[str]) -> Address:
-        sentinels = [[p.host, p.port] for p in self.topo.sentinels if p.name in members]
-        return {"sentinels": sentinels, "copies": self.copies.replicas + 1, "appendfsync": self.copies.fsync,
-                "min_replicas_to_write": self.copies.min_replicas_to_write}
-
-    def durability(self, kind: str) -> str:
-        return self.copies.durability(1 if kind == "redis+WAIT" else 0)
-
-    def timers(self) -> str:
-        return (f"Sentinel down-after-milliseconds {self.copies.down_after_ms} ms, then 2 of 3 sentinels vote "
-                "and promote a replica; the cut-off master keeps taking writes until no replica has acked for "
-                f"min-replicas-max-lag {self.copies.min_replicas_max_lag_s} s (min-replicas-to-write "
-                f"{self.copies.min_replicas_to_write}), and at the heal becomes a replica: what it took alone is gone")
-
-    def stop(self) -> list[int]:
-        return self.topo.stop()
-
-
-@dataclass
-class NatsNetSite:
-    cluster: NatsCluster
-
-    @property
-    def fabric(self) -> netns.Fabric:
-        assert self.cluster.fabric is not None
-        return self.cluster.fabric
-
-    @classmethod
-    def start(cls, run_dir: Path, sync_always: bool = False) -> NatsNetSite:
-        cluster = NatsCluster.on_free_ports(run_dir)
-        cluster.sync_always = sync_always
-        cluster.in_namespaces()
-        try:
-            cluster.ensure()
-            _add_clients(cluster.fabric)  # type: ignore[arg-type]  # set by in_namespaces
-        except BaseException:
-            cluster.stop()
-            raise
-        return cls(cluster)
-
-    def prepare(self, kind: str, queue: str, settings: Settings) -> str:
-        from labs.launcher.nats import wait_stream
-
-        urls = self.cluster.urls()
-        address: Address = {"urls": urls, "sync_always": self.cluster.sync_always}
-        _in_hub(self.fabric, lambda: asyncio.run(_touch(kind, address, queue, settings)))
-        _in_hub(self.fabric, lambda: asyncio.run(wait_stream(urls, queue, 60.0)))
-        return self.cluster.server_name(self.cluster.leader_port(queue))
-
-    def sides(self, leader: str) -> tuple[list[str], list[str]]:
-        return [leader], [p.name for p in self.cluster.servers if p.name != leader]
-
-    def address(self, kind: str, members: list[str]) -> Address:
-        urls = [url for port, url in zip(self.cluster.client_ports, self.cluster.urls(), strict=True)
-                if self.cluster.server_name(port) in members]
-        return {"urls": urls, "sync_always": self.cluster.sync_always}
-
-    def durability(self, kind: str) -> str:
-        return self.cluster.durability()
-
-    def timers(self) -> str:
-        return ("NATS Raft (server/raft.go constants, not settings): a follower campaigns after 4-9 s without "
-                "the leader (minElectionTimeout..maxElectionTimeout), heartbeats every 1 s; a leader without a "
-                "quorum steps down after 10 s (lostQuorumInterval); no PubAck without a majority")
-
-    def stop(self) -> list[int]:
-        return self.cluster.stop()
-
-
-@dataclass
-class RabbitNetSite:
-    cluster: RabbitCluster
-
-    @property
-    def fabric(self) -> netns.Fabric:
-        assert self.cluster.fabric is not None
-        return self.cluster.fabric
-
-    @classmethod
-    def start(cls, run_dir: Path) -> RabbitNetSite:
-        cluster = RabbitCluster.on_free_ports(run_dir).in_namespaces()
-        try:
-            cluster.ensure()
-            _add_clients(cluster.fabric)  # type: ignore[arg-type]  # set by in_namespaces
-        except BaseException:
-            cluster.stop()
-            raise
-        return cls(cluster)
-
-    def prepare(self, kind: str, queue: str, settings: Settings) -> str:
-        address: Address = {"urls": self.cluster.urls()}
-        _in_hub(self.fabric, lambda: asyncio.run(_touch(kind, address, queue, settings)))
-        self.cluster.wait_queue(queue, 60.0)
-        return f"rabbit-{self.cluster.leader_port(queue)}"
-
-    def sides(self, leader: str) -> tuple[list[str], list[str]]:
-        return [leader], [f"rabbit-{p}" for p in self.cluster.amqp_ports if f"rabbit-{p}" != leader]
-
-    def address(self, kind: str, members: list[str]) -> Address:
-        return {"urls": [url for port, url in zip(self.cluster.amqp_ports, self.cluster.urls(), strict=True)
-                         if f"rabbit-{port}" in members]}
-
-    def durability(self, kind: str) -> str:
-        return ("RabbitMQ 3.10 quorum queue, 3 copies: the confirm once a majority (2 of 3) has written "
-                "and fsynced it (Ra's WAL)")
-
-    def timers(self) -> str:
-        return ("Ra (quorum queue) on RabbitMQ 3.10: under a silent cut the followers elected no new leader "
-                "before the Erlang distribution declared the leader's node down, after net_ticktime 60 s "
-                "(45-75 s; measured here: an 80 s cut gave the first charge 71.7 s after it, a 20 s cut none "
-                "before the heal); aten, Ra's failure detector, polls every 1000 ms "
-                "(raft.adaptive_failure_detector.poll_interval from 3.11); cluster_partition_handling ignore "
-                "(the default); no confirm without a majority")
-
-    def stop(self) -> list[int]:
-        return self.cluster.stop()
-
-
-def _add_clients(fabric: netns.Fabric) -> None:
-    for name in (CLIENT_MIN, CLIENT_MAJ):
-        fabric.add(name)
 
 
 # -- one run ----------------------------------------------------------------------------------
@@ -381,12 +203,20 @@ def _in_namespace(pool: ThreadPoolExecutor, ns: str, factory: Callable[[], Corou
     return pool.submit(body)
 
 
-def run_partition(site: NetSite, kind: str, plan: PartitionPlan, settings: Settings, work: Path) -> PartitionRow:
+def _wait_replicas(kind: str) -> int:
+    return 1 if "WAIT" in kind else 0
+
+
+def run_partition(site: Partitioned, kind: str, plan: PartitionPlan, settings: Settings,
+                  work: Path) -> PartitionRow:
     """Run the partition case once on ``site`` for the row ``kind``; its row."""
     queue = f"partition-{uuid.uuid4().hex[:6]}"
-    leader = site.prepare(kind, queue, settings)
+    everyone = site.address([])
+    in_hub(site.fabric, lambda: asyncio.run(_touch(kind, everyone, queue, settings)))  # the queue, made R3
+    site.wait_queue(queue)
+    leader = site.leader(queue)
     cut_side, majority = site.sides(leader)
-    min_address, maj_address = site.address(kind, cut_side), site.address(kind, majority)
+    min_address, maj_address = site.address(cut_side), site.address(majority)
     ledger = work / f"{kind.replace('+', '-')}-{queue}.sqlite3"
     chargers = [Charger(ledger, f"{kind}-c{i}", max_attempts=settings.max_attempts) for i in range(settings.consumers)]
     n = plan.events
@@ -395,7 +225,7 @@ def run_partition(site: NetSite, kind: str, plan: PartitionPlan, settings: Setti
     side = _Majority(control)
     min_ready = threading.Event()
     fabric = site.fabric
-    row: PartitionRow = {"broker": kind, "case": "partition", "durability": site.durability(kind),
+    row: PartitionRow = {"broker": kind, "case": "partition", "durability": site.durability(_wait_replicas(kind)),
                          "timers": site.timers(), "cut_off": [*cut_side, CLIENT_MIN]}
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="partition") as pool:
         maj_done = _in_namespace(pool, fabric.ns_name(CLIENT_MAJ), lambda: _majority(
@@ -505,15 +335,28 @@ def _figures(ledger: Path, min_log: ProduceLog, maj_log: ProduceLog, started: fl
 # -- every broker ---------------------------------------------------------------------------------
 
 
-def start_site(kind: str, run_dir: Path, plan: PartitionPlan, *, sync_always: bool = False) -> NetSite:
-    """The cluster of ``kind`` in namespaces, started (``redis`` and ``redis+WAIT`` share one)."""
+def site_key(kind: str) -> str:
+    """Rows that share a cluster: ``redis`` and ``redis+WAIT`` (everysec), ``...+always`` rows their own."""
+    base = "redis" if kind.startswith("redis") else kind.split("+", 1)[0]
+    return f"{base}-always" if kind.endswith("+always") else base
+
+
+def start_site(kind: str, run_dir: Path, plan: PartitionPlan) -> Partitioned:
+    """The cluster of the row ``kind`` in namespaces, started (``+always``: fsync every write)."""
+    always = kind.endswith("+always")
     if kind.startswith("redis"):
-        return RedisNetSite.start(run_dir, plan)
-    if kind == "rabbitmq":
-        return RabbitNetSite.start(run_dir)
-    if kind == "nats":
-        return NatsNetSite.start(run_dir, sync_always)
+        return RedisPartitioned.start(run_dir, redis_copies.Copies(down_after_ms=plan.down_after_ms,
+                                                                    fsync="always" if always else "everysec"))
+    if kind.startswith("rabbitmq"):
+        return RabbitPartitioned.start(run_dir)
+    if kind.startswith("nats"):
+        return NatsPartitioned.start(run_dir, always)
     raise ValueError(f"no partition site for {kind!r}; choose one of {', '.join(KINDS)}")
+
+
+def unavailable_reason() -> str | None:
+    """Why the partition case cannot run here (one line: root, iproute2, nftables), None when it can."""
+    return netns.unavailable_reason()
 
 
 def run_partition_rows(kinds: tuple[str, ...], settings: Settings, work: Path,
@@ -525,10 +368,10 @@ def run_partition_rows(kinds: tuple[str, ...], settings: Settings, work: Path,
     plan = plan or PartitionPlan()
     by_site: dict[str, list[str]] = {}
     for kind in kinds:
-        by_site.setdefault("redis" if kind.startswith("redis") else kind, []).append(kind)
+        by_site.setdefault(site_key(kind), []).append(kind)
     rows: dict[str, PartitionRow] = {}
     for key, site_kinds in by_site.items():
-        site: NetSite | None = None
+        site: Partitioned | None = None
         try:
             site = start_site(site_kinds[0], work / f"netns-{key}", plan)
             for kind in site_kinds:
