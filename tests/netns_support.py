@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,13 @@ def skip_without_netns() -> None:
     """
     if (reason := netns.unavailable_reason()) is not None:
         skip_area("netns", f"partitions: {reason}")
+
+
+def own_namespaces() -> set[str]:
+    """The namespaces of fabrics this process made (run id ``<pid>x<hex>``): what a test may expect gone after
+    its run. Other xdist workers and notebooks make and remove theirs meanwhile, so the whole list before and
+    after a run differ without any leak."""
+    return {name for name in netns.list_namespaces() if name.startswith(f"{netns.PREFIX}-{os.getpid()}x")}
 
 
 @pytest.fixture

@@ -8,10 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from netns_support import skip_without_netns
+from netns_support import own_namespaces, skip_without_netns
 
 from labs.experiments import cluster_minority
-from labs.launcher import netns
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -19,9 +18,10 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list[cluster_minority.MinorityRun]:
     skip_without_netns()
-    before = set(netns.list_namespaces())
+    before = own_namespaces()
     done = cluster_minority.run_timeouts(Path(tmp_path_factory.mktemp("minority")))
-    assert set(netns.list_namespaces()) <= before, "a run left network namespaces behind"
+    left = own_namespaces() - before
+    assert not left, f"a run left network namespaces behind: {sorted(left)}"
     return done
 
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from netns_support import skip_without_netns
+from netns_support import own_namespaces, skip_without_netns
 
 from labs.experiments import split_brain
-from labs.launcher import netns
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -21,9 +20,10 @@ PARTITION_S = 7.0
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list[split_brain.SplitBrainRun]:
     skip_without_netns()
-    before = set(netns.list_namespaces())
+    before = own_namespaces()
     done = split_brain.run_guards(Path(tmp_path_factory.mktemp("split-brain")), partition_s=PARTITION_S)
-    assert set(netns.list_namespaces()) <= before, "a run left network namespaces behind"
+    left = own_namespaces() - before
+    assert not left, f"a run left network namespaces behind: {sorted(left)}"
     return done
 
 

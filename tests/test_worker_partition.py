@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from netns_support import skip_without_netns
+from netns_support import own_namespaces, skip_without_netns
 
 from labs.experiments import worker_partition
-from labs.launcher import netns
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -20,9 +19,10 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, worker_partition.WorkerPartition]:
     skip_without_netns()
-    before = set(netns.list_namespaces())
+    before = own_namespaces()
     done = worker_partition.run_both(Path(tmp_path_factory.mktemp("worker-partition")))
-    assert set(netns.list_namespaces()) <= before, "a run left network namespaces behind"
+    left = own_namespaces() - before
+    assert not left, f"a run left network namespaces behind: {sorted(left)}"
     return {run.dedupe: run for run in done}
 
 
