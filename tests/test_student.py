@@ -15,9 +15,9 @@ import redis
 from IPython.core.interactiveshell import InteractiveShell
 from redis.exceptions import RedisClusterException
 
-from labs.exercises import student
+from labs.exercises import attempts, student
 from labs.exercises.exercise import evaluate
-from labs.exercises.notebook import find, with_retry
+from labs.exercises.notebook import CheckFailed, check, find, with_retry
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,11 +25,13 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def shell(redis_url: str, key_prefix: str) -> Iterator[InteractiveShell]:
     ip = InteractiveShell.instance()
-    assert student.student_mode(ip)
+    student.student_mode(ip)
+    assert attempts.current() is not None
     ip.user_ns.update(r=redis.Redis.from_url(redis_url, decode_responses=True), P=key_prefix)
     ip.run_cell("import time, redis")  # type: ignore[no-untyped-call]
     yield ip
     ip.set_custom_exc((), None)  # type: ignore[no-untyped-call]
+    attempts.uninstall()
     ip.user_ns["r"].close()
 
 
@@ -83,7 +85,7 @@ def test_reset_runs_the_preparing_cell_again_and_a_failed_check_says_how(
     ns["r"].xack(stream, "billing", *[m for m, _ in claimed])  # a first attempt, acked, then lost its list
     ns["rescued"] = []
     verdict = with_retry(evaluate(find("02.4"), ns), ns)
-    assert not verdict.passed and 'reset("02.4")' in verdict.retry and "ячейку над вашим решением" in verdict.retry
+    assert not verdict.passed and 'reset("02.4")' in verdict.retry and "ячейка над вашим решением" in verdict.retry
     result, out = run(shell, 'reset("02.4")', capsys)
     assert result.success and "подготовлено заново" in out
     assert ns["r"].xpending(stream, "billing")["pending"] == 3  # the state the first attempt found, again
@@ -112,3 +114,41 @@ def test_a_cluster_client_refusing_keys_of_two_slots_is_a_command_error_not_a_de
     unreachable = RedisClusterException("Redis Cluster cannot be connected. Please provide at least one reachable node")
     assert student.server_is_down(unreachable) and student.server_is_down(redis.ConnectionError("refused"))
     assert not student.server_is_down(RedisClusterException("EVALSHA - all keys must map to the same key slot"))
+
+
+def _solution(exercise_id: str) -> str:
+    return next(c.source for c in attempts._cells().values() if c.exercise == exercise_id and c.role == "solution")
+
+
+def test_every_run_of_a_solution_cell_is_a_clean_attempt_and_the_check_judges_only_the_latest(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """02.4 twice in a row without its preparing cell: the second attempt is prepared again by itself (green); then a
+    run that raises before it defines ``rescued`` makes the check red with that error, not green on the old list."""
+    right = _solution("02.4")
+    result, out = run(shell, right, capsys)  # never prepared in this kernel: the attempt prepares it first
+    assert result.success, result.error_in_exec
+    assert "новая попытка с чистого состояния" in out
+    check("02.4", shell.user_ns)
+    result, out = run(shell, right, capsys)  # the same again: claimed and acked before, prepared again now
+    assert result.success and "новая попытка" in out, (result.error_in_exec, out)
+    check("02.4", shell.user_ns)
+    typo = right.replace("rescued = [msg_id", "rescued = [msg_idd", 1)
+    result, _ = run(shell, typo, capsys)
+    assert isinstance(result.error_in_exec, NameError)
+    assert "rescued" not in shell.user_ns  # the answer of the earlier attempt is gone
+    with pytest.raises(CheckFailed) as failed:
+        check("02.4", shell.user_ns)
+    assert "закончился ошибкой (NameError" in failed.value.verdict.message
+    shell.user_ns["r"].delete(shell.user_ns["rescue_stream"])
+
+
+def test_a_wait_that_ran_out_is_one_russian_line_naming_what_was_awaited(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = "from labs.polling import wait_until\nwait_until(lambda: 0, 0.1, '4 messages in hand', poll_s=0.02)"
+    result, out = run(shell, source, capsys)
+    assert isinstance(result.error_in_exec, TimeoutError)
+    (line,) = [line for line in out.splitlines() if line.strip()]
+    assert "Не дождались за 0.1 с" in line and "«4 messages in hand»" in line and "последний ответ: 0" in line
+    assert "строка 2" in line and "Traceback" not in out and "polling.py" not in out

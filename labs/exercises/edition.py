@@ -40,7 +40,7 @@ from nbconvert.preprocessors import ClearOutputPreprocessor, Preprocessor
 from nbformat import NotebookNode
 from traitlets.config import Config
 
-from labs.grading.release import graded_text
+from labs.notebook_release import graded_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "notebooks"
@@ -56,8 +56,9 @@ BANNER = (
     "решение и выполните ячейку `check(...)` под ним: она скажет, что верно или куда смотреть, а "
     "«Подсказка» откроется по клику (сначала намёк, под ним — ещё один шаг). «Run All» доходит до конца: "
     "ни непройденная проверка, ни ошибка в вашей ячейке его не останавливают, а последняя ячейка "
-    "Redis не гасит — он нужен для заданий. Вторая попытка: выполните заново ячейку над решением "
-    '(она готовит задание с нуля) или `reset("NN.K")`. Закончили — последняя ячейка с '
+    "Redis не гасит — он нужен для заданий. Вторая попытка — просто выполните ячейку с решением снова: "
+    "каждая попытка начинается с чистого состояния, а проверка судит только последнюю (ячейка над решением "
+    'выполняется заново сама; вручную — она же или `reset("NN.K")`). Закончили — последняя ячейка с '
     "`FINISHED = True` или `make down` в терминале."
 )
 # What the first code cell gains in the student edition (labs/exercises/student.py).
@@ -76,7 +77,7 @@ CLEANUP_GUARD = (
 )
 # Prose that is true of the reference only: (pattern, what the student edition says instead).
 STUDENT_PROSE = (
-    (re.compile(r"\s*\(в\s+этой\s+тетрадке\s+там\s+уже\s+стоит\s+эталон\)"), ""),
+    (re.compile(r"\s*\(в\s+(?:этой\s+)?тетрадке\s+там\s+(?:уже\s+стоит\s+)?эталон\)"), ""),
     (re.compile(r",\s+тест\s+—\s+`tests/test_exercises_nb\d\d\.py`"), ""),
     (re.compile(r"\s*\(`tests/test_exercises_nb\d\d\.py`\)"), ""),
     (re.compile(r"^Последняя ячейка", re.MULTILINE), "Последняя ячейка (когда вы поставите в ней `FINISHED = True`)"),

@@ -134,6 +134,8 @@ def evaluate(exercise: Exercise, namespace: Mapping[str, object]) -> Verdict:
         return Verdict(exercise, False, f"Redis не отвечает ({exc}). {RERUN_FIRST}")
     except redis.RedisError as exc:
         return Verdict(exercise, False, f"Redis ответил ошибкой: {type(exc).__name__}: {exc}.")
+    except TimeoutError as exc:  # a wait inside the check ran out: what it waited for, in one line
+        return Verdict(exercise, False, f"Проверка не дождалась нужного состояния ({exc}). {RUN_AGAIN}")
     except Exception as exc:  # the student's object was not what the check expected: say so, no traceback
         return Verdict(
             exercise,
@@ -143,6 +145,7 @@ def evaluate(exercise: Exercise, namespace: Mapping[str, object]) -> Verdict:
         )
 
 
+RUN_AGAIN = "Выполните ячейку с решением ещё раз (попытка начнётся с чистого состояния), затем проверку."
 RERUN_FIRST = (
     "Выполните первую ячейку кода ноутбука заново (она поднимет Redis, если его нет; или `make up` в терминале), "
     "затем ячейку, которая готовит задание, ваше решение и проверку."

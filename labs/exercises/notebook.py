@@ -17,6 +17,7 @@ import importlib
 import sys
 from collections.abc import Mapping
 
+from labs.exercises import attempts
 from labs.exercises.exercise import Exercise, Verdict, evaluate
 
 
@@ -60,16 +61,29 @@ def check(exercise_id: str, namespace: Mapping[str, object] | None = None) -> No
     """
     exercise = find(exercise_id)
     names = namespace if namespace is not None else sys._getframe(1).f_globals
-    verdict = with_retry(evaluate(exercise, names), names)
+    failure = attempts.failed_run(exercise.id)
+    if failure is not None:  # the student edition: judge the latest run only, not what an earlier one left
+        verdict = with_retry(Verdict(exercise, False, failed_run_message(failure)), names, ran=True)
+    else:
+        verdict = with_retry(evaluate(exercise, names), names)
     _show(verdict)
     if not verdict.passed:
         raise CheckFailed(verdict)
 
 
-def with_retry(verdict: Verdict, names: Mapping[str, object]) -> Verdict:
-    """A failed verdict on a cell that ran gets the way back to a fresh state (``reset("NN.K")``)."""
+def failed_run_message(failure: str) -> str:
+    """What a check says when the latest run of the solution cell raised."""
+    return (
+        f"Последний запуск ячейки с решением закончился ошибкой ({failure}). Проверка судит только последнюю "
+        "попытку, а её результата нет: исправьте ошибку и выполните ячейку снова."
+    )
+
+
+def with_retry(verdict: Verdict, names: Mapping[str, object], *, ran: bool | None = None) -> Verdict:
+    """A failed verdict on a cell that ran gets the way to try again from a fresh state."""
     exercise = verdict.exercise
-    ran = all(name in names for name in (*exercise.setup, *exercise.needs))
+    if ran is None:
+        ran = all(name in names for name in (*exercise.setup, *exercise.needs))
     if verdict.passed or not ran or verdict.message.startswith("Redis не отвечает"):
         return verdict
     from labs.exercises.student import retry_advice  # reads the notebooks once, on the first failure

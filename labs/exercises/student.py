@@ -1,23 +1,30 @@
-"""The student edition's safety net: one Russian line for a Redis error, and ``reset("NN.K")``.
+"""The student edition's safety net: one Russian line for a Redis error or a wait that ran out, clean attempts,
+and ``reset("NN.K")``.
 
 The student edition (``make student``) ends its first code cell with ``student_mode()``. From
-then on, in that kernel, an error from Redis raised in any cell (the student's own, a check's,
-an experiment's) is shown as one line that says what happened and what to run, instead of
-redis-py's traceback wall: a dead or missing server names the first cell and ``make up``; an
-error reply (``NOGROUP``, ``wrong number of arguments``...) names the line of the cell that got
-it and, when the cell belongs to an exercise, the way back to a fresh start (``reset("02.4")``).
-Python errors keep their traceback: it is the student's own code that raised.
+then on, in that kernel:
 
-:func:`reset` runs an exercise's preparing cell again (read from the reference notebook: the
-student edition's preparing cells are the same text) in the caller's namespace, so a second
-attempt starts from the state the first one found.
+- an error from Redis raised in any cell (the student's own, a check's, an experiment's) is shown as
+  one line that says what happened and what to run, instead of redis-py's traceback wall: a dead or
+  missing server names the first cell and ``make up``; an error reply (``NOGROUP``, ``wrong number of
+  arguments``...) names the line of the cell that got it and, when the cell belongs to an exercise,
+  how to try again;
+- a wait with a deadline that ran out (``wait_until`` of ``labs.polling``, ``asyncio.wait_for``) is one
+  line too: what was awaited, for how long, what was seen last, and the cell's line that waited;
+- every run of an exercise's solution cell starts from a clean slate and its check judges only that
+  run (:mod:`labs.exercises.attempts`).
+
+Python errors of the student's own code keep their traceback.
+
+:func:`reset` prepares an exercise afresh by hand: what its earlier attempt left running is stopped,
+its answer variables deleted, its preparing cell (read from the reference notebook: the student
+edition's preparing cells are the same text) run again in the caller's namespace.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import linecache
-import re
 import sys
 import traceback
 from collections.abc import Mapping
@@ -25,22 +32,24 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import nbformat
 import redis
 from redis.exceptions import RedisClusterException
 
+from labs import polling
+from labs.exercises import attempts
+from labs.exercises.attempts import preparing_source
 from labs.exercises.exercise import RERUN_FIRST
 
-SOURCE_DIR = Path(__file__).resolve().parents[2] / "notebooks"  # as edition.SOURCE_DIR, without nbconvert's import
-_CHECK_CALL = re.compile(r"^check\(\s*[\"'](?P<id>\d{2}\.\d+)[\"']", re.MULTILINE)
+__all__ = ["error_line", "preparing_source", "reset", "retry_advice", "student_mode", "timeout_line"]
 
 RED, RESET = "\x1b[31m", "\x1b[0m"
 SERVER_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
-HANDLED: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException)
+HANDLED: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterException, TimeoutError)
 # redis-py's cluster client raises RedisClusterException both when no node answers and for a command it
 # refuses itself (keys of one call in different slots, a command with no key): only these say the former.
 CLUSTER_UNREACHABLE = ("cannot be connected", "no redis_connection", "slots are not covered", "could not agree",
                        "no targets were found")
+POLLING = str(Path(polling.__file__).resolve())
 
 
 def server_is_down(exc: BaseException) -> bool:
@@ -56,57 +65,32 @@ def server_down_message(exc: BaseException) -> str:
 
 
 def retry_advice(exercise_id: str) -> str:
-    """How to start an exercise again from a fresh state (its preparing cell, or ``reset``)."""
+    """How to start an exercise again from a fresh state (its solution cell prepares it again by itself)."""
     if preparing_source(exercise_id) is None:
         return "Новая попытка: исправьте ячейку с решением и выполните её и проверку снова."
     return (
-        f"Новая попытка начинается с чистого состояния: выполните заново ячейку над вашим решением "
-        f'(она готовит задание) или `reset("{exercise_id}")`, затем решение и проверку.'
+        "Новая попытка: исправьте решение и выполните его ячейку и проверку снова — попытка начнётся с чистого "
+        f'состояния сама (ячейка над вашим решением выполнится заново; вручную — она же или `reset("{exercise_id}")`).'
     )
 
 
-@functools.cache
-def _exercise_cells() -> dict[str, dict[str, str]]:
-    """Exercise id -> {"prepare": source of its preparing cell, if any}, from the reference notebooks."""
-    found: dict[str, dict[str, str]] = {}
-    for path in sorted(SOURCE_DIR.glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:  # type: ignore[no-untyped-call]
-            exercise_id = cell.metadata.get("exercise")
-            if not exercise_id or cell.cell_type != "code":
-                continue
-            entry = found.setdefault(exercise_id, {})
-            solution = cell.metadata.get("nbgrader", {}).get("solution", False)
-            if not solution and not _CHECK_CALL.search(cell.source):
-                entry["prepare"] = cell.source
-    return found
-
-
-@functools.cache
-def _cell_exercises() -> dict[str, str]:
-    """Cell id -> exercise id, over every notebook (the student edition keeps the reference's cell ids)."""
-    found: dict[str, str] = {}
-    for path in sorted(SOURCE_DIR.glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:  # type: ignore[no-untyped-call]
-            if exercise_id := cell.metadata.get("exercise"):
-                found[cell.get("id", "")] = exercise_id
-    return found
-
-
-def preparing_source(exercise_id: str) -> str | None:
-    """The source of the exercise's preparing cell, or None when it has none (the solution builds its own)."""
-    return _exercise_cells().get(exercise_id, {}).get("prepare")
-
-
 def reset(exercise_id: str, namespace: dict[str, object] | None = None) -> None:
-    """Run the preparing cell of ``exercise_id`` again (default namespace: the caller's globals)."""
-    source = preparing_source(exercise_id)
-    if source is None:
-        if exercise_id not in _exercise_cells():
-            raise KeyError(f"нет задания {exercise_id!r}: номера заданий — как в заголовке проверки, например '02.4'")
+    """Prepare ``exercise_id`` afresh: stop what its earlier attempt left running, delete its answers, run its
+    preparing cell again (default namespace: the caller's globals)."""
+    if exercise_id not in attempts.exercise_ids():
+        raise KeyError(f"нет задания {exercise_id!r}: номера заданий — как в заголовке проверки, например '02.4'")
+    book = attempts.current()
+    names = namespace if namespace is not None else sys._getframe(1).f_globals
+    if book is not None and names is book.namespace:
+        book.fresh_start(exercise_id)
+    else:  # outside the student edition's kernel: the preparing cell and the answers, nothing to track
+        for name in attempts.answer_names(exercise_id):
+            names.pop(name, None)
+        if (source := preparing_source(exercise_id)) is not None:
+            exec(compile(source, f"<подготовка {exercise_id}>", "exec"), names)  # the notebook's own cell
+    if preparing_source(exercise_id) is None:
         print(f"У задания {exercise_id} нет готовящей ячейки: просто выполните решение и проверку снова.")  # noqa: T201
         return
-    names = namespace if namespace is not None else sys._getframe(1).f_globals
-    exec(compile(source, f"<подготовка {exercise_id}>", "exec"), names)  # the notebook's own cell
     print(f"Задание {exercise_id} подготовлено заново: выполните ваше решение и проверку.")  # noqa: T201
 
 
@@ -115,7 +99,7 @@ def _cell_line(tb: TracebackType | None, cell_files: Mapping[str, int]) -> str |
     found = None
     for frame, lineno in traceback.walk_tb(tb):
         filename = frame.f_code.co_filename
-        if filename in cell_files or filename.startswith("<ipython-input"):
+        if filename in cell_files or filename.startswith(("<ipython-input", "<подготовка")):
             code = linecache.getline(filename, lineno).strip()
             found = f"строка {lineno}: `{code}`" if code else f"строка {lineno}"
     return found
@@ -128,23 +112,62 @@ def error_line(
     exercise_id: str | None = None,
     cell_files: Mapping[str, int] | None = None,
 ) -> str:
-    """The one line shown for a Redis error raised in a cell (see the module docstring)."""
+    """The one line shown for a Redis error or a wait that ran out, raised in a cell (see the module docstring)."""
+    if isinstance(exc, TimeoutError):
+        return timeout_line(exc, tb, exercise_id=exercise_id, cell_files=cell_files)
     if server_is_down(exc):
         return server_down_message(exc)
     where = _cell_line(tb, cell_files or {})
     text = f"Redis ответил ошибкой {type(exc).__name__}: {exc}" + (f" ({where})" if where else "") + "."
     if exercise_id:
-        text += " Если это не первая попытка, состояние задания могло израсходоваться. " + retry_advice(exercise_id)
+        text += " " + retry_advice(exercise_id)
+    return text
+
+
+def _waited(tb: TracebackType | None) -> tuple[str, float, object] | None:
+    """What a ``labs.polling`` wait waited for, its timeout and the predicate's last value, from its frame."""
+    for frame, _ in traceback.walk_tb(tb):
+        if str(Path(frame.f_code.co_filename).resolve()) == POLLING and "what" in frame.f_locals:
+            local = frame.f_locals
+            what = local["what"]
+            with contextlib.suppress(Exception):  # a callable names the last state seen; it may fail itself
+                what = what() if callable(what) else what
+            return str(what), float(local.get("timeout_s", 0.0)), local.get("value")
+    return None
+
+
+def timeout_line(
+    exc: BaseException,
+    tb: TracebackType | None = None,
+    *,
+    exercise_id: str | None = None,
+    cell_files: Mapping[str, int] | None = None,
+) -> str:
+    """One line for a wait that ran out: what was expected, for how long, what was seen last, and where."""
+    where = _cell_line(tb, cell_files or {})
+    waited = _waited(tb)
+    if waited is not None:
+        what, timeout_s, seen = waited
+        text = (f"Не дождались за {timeout_s:g} с: ждали «{what}», а условие так и не выполнилось "
+                f"(последний ответ: {seen!r})")
+    else:
+        text = f"Ожидание не закончилось вовремя ({type(exc).__name__}{': ' + str(exc) if str(exc) else ''})"
+    text += (f" ({where})" if where else "") + "."
+    if exercise_id:
+        text += " Так бывает, когда попытка начинается не с того состояния, какое готовит задание. " + retry_advice(
+            exercise_id)
     return text
 
 
 def _current_exercise(shell: Any) -> str | None:
-    """The exercise of the cell being run, from the cell id JupyterLab sends with the request."""
+    """The exercise of the cell being run: from the cell id JupyterLab sends with the request, else its text."""
     try:
         cell_id = shell.get_parent()["metadata"].get("cellId")
     except (AttributeError, KeyError, TypeError):
-        return None
-    return _cell_exercises().get(cell_id) if cell_id else None
+        cell_id = None
+    role = attempts.cell_role("", cell_id) if cell_id else None
+    book = attempts.current()
+    return role[0] if role else (book.cell_exercise if book is not None else None)
 
 
 def _handler(
@@ -157,15 +180,17 @@ def _handler(
     return stb
 
 
-def student_mode(shell: Any = None) -> bool:
-    """Install the one-line display of Redis errors in this IPython; False outside IPython."""
+def student_mode(shell: Any = None) -> None:
+    """Install the one-line display of Redis errors and of waits that ran out, and the clean attempts
+    (:mod:`labs.exercises.attempts`), in this IPython; nothing outside IPython. Returns nothing, so the
+    first cell of the student edition shows no bare ``True`` under it."""
     if shell is None:
         try:
             from IPython import get_ipython
         except ImportError:
-            return False
+            return
         shell = get_ipython()
     if shell is None:
-        return False
+        return
     shell.set_custom_exc(HANDLED, _handler)
-    return True
+    attempts.install(shell)
