@@ -100,3 +100,14 @@ def test_nats_in_namespaces_listens_on_its_fabric_addresses_only(tmp_path: Path)
         _assert_loopback([p.pid() for p in cluster.processes], "the nats topology under namespaces")
     finally:
         cluster.stop()
+
+
+def test_rabbitmq_in_namespaces_listens_on_its_fabric_addresses_only(tmp_path: Path) -> None:
+    require_brokers("rabbitmq")
+    skip_without_netns()
+    cluster = RabbitCluster.on_free_ports(tmp_path).in_namespaces()
+    try:
+        cluster.ensure()
+        _assert_loopback([p.pid() for p in cluster.processes], "the rabbitmq topology under namespaces")
+    finally:
+        cluster.stop()
