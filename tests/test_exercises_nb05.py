@@ -43,6 +43,8 @@ def test_held_at_crash_compares_the_figures_with_the_pel(ns: dict[str, Any]) -> 
     says("05.2", {**ns, "held_64": 64}, "`held_64` не совпадает с `XPENDING`")
     held(ns, 65, 64)  # a crash after a whole second batch was read and none of it done
     says("05.2", {**ns, "held_65": 64}, "проверьте `count=64`")
+    ns["r"].delete(f"{ns['P']}ex:held:65")  # both runs on the first run's stream: the second one is missing
+    says("05.2", {**ns, "held_64": 0, "held_65": 63}, "второй, похоже, шёл на стриме первого")
 
 
 def test_ttl_needs_both_outcomes_and_each_on_its_own_stream(ns: dict[str, Any]) -> None:

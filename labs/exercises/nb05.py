@@ -8,7 +8,8 @@
   (``effects_by_ttl``: ttl ms -> effects), each on ``P + "ex:ttl:<ttl>"``.
 
 The checks of 05.2 and 05.3 read the PEL and the streams the runs left in Redis and compare them
-with the student's figures (an idle ``XREADGROUP`` leaves no trace, so 05.1 judges the outcomes
+with the student's figures (05.2 holds no expected figure: the PEL follows from how many entries
+each run was handed, read from its stream) (an idle ``XREADGROUP`` leaves no trace, so 05.1 judges the outcomes
 alone); where timing decides (05.1, 05.3), values near the boundary are not judged.
 """
 
@@ -16,8 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import redis
+
 from labs.exercises.exercise import Exercise, expect
-from labs.exercises.facts import named_stream, number, of_kind
+from labs.exercises.facts import client_of, named_stream, number, of_kind, prefix_of
 
 GROUP = "billing"
 SOCKET_TIMEOUT_MS = 500  # 05.1
@@ -56,26 +59,41 @@ def _verify_edge(ns: Mapping[str, object]) -> str:
     )
 
 
+def _batches_read(client: redis.Redis, stream: str) -> int:
+    """How many entries the group has been handed (its ``last-delivered-id`` counted in the stream)."""
+    group = next((g for g in client.xinfo_groups(stream) if g["name"] == GROUP), None)
+    return 0 if group is None else len(client.xrange(stream, "-", group["last-delivered-id"]) or [])
+
+
 def _verify_held(ns: Mapping[str, object]) -> str:
-    """05.2: a crash right after the batch holds nothing, one entry later it holds the next batch but one."""
+    """05.2: what the sequential loop holds at a crash follows from when it reads: the next batch only once the
+    last one is done. Each run's stream says how much it was handed; its PEL is that minus what it handled."""
+    client, p = client_of(ns), prefix_of(ns)
+    for after in (COUNT, COUNT + 1):
+        expect(
+            client.exists(f"{p}ex:held:{after}"),
+            f'Стрима `P + "ex:held:{after}"` нет: у каждого прогона свой стрим — второй, похоже, шёл на стриме '
+            "первого (скопированная строка?) и затёр его.",
+        )
     pels = {}
     for after in (COUNT, COUNT + 1):
-        client, stream = named_stream(ns, f"ex:held:{after}")
+        stream, name = f"{p}ex:held:{after}", f"held_{after}"
         pels[after] = int(client.xpending(stream, GROUP)["pending"])
-        name = f"held_{after}"
+        handed = _batches_read(client, stream)
+        expect(
+            handed == COUNT * -(-after // COUNT) and pels[after] == handed - after,
+            f'Прогон на `P + "ex:held:{after}"` не такой, какой даёт последовательный цикл с `COUNT 64`: проверьте '
+            f"`count=64`, `read_ahead=False` и `crash_after_handled={after}` (и что стрим — свой у каждого прогона).",
+        )
         expect(
             number(ns[name], name) == pels[after],
             f'`{name}` не совпадает с `XPENDING` стрима `P + "ex:held:{after}"`: берите `held_at_crash` его прогона.',
         )
-    expect(
-        pels[COUNT] == 0 and pels[COUNT + 1] == COUNT - 1,
-        "PEL после падений не такой, какой даёт последовательный цикл с `COUNT 64`: проверьте `count=64`, "
-        "`read_ahead=False` и `crash_after_handled` 64 и 65.",
-    )
     return (
-        "После 64 обработанных цикл как раз закончил пачку и не успел прочитать следующую — в руках ноль. После 65 "
-        "он уже прочитал следующие 64 и сделал одну: в PEL 63 записи, которые теперь ждут спасателя. Работа в руках "
-        "при падении — от нуля до целой пачки, и решает момент, а не `COUNT` сам по себе."
+        f"После {COUNT} обработанных цикл как раз закончил пачку и не успел прочитать следующую — в руках "
+        f"{pels[COUNT]}. После {COUNT + 1} он уже прочитал следующие {COUNT} и сделал одну: в PEL {pels[COUNT + 1]} "
+        "записи, которые теперь ждут спасателя. Работа в руках при падении — от нуля до целой пачки, и решает "
+        "момент, а не `COUNT` сам по себе."
     )
 
 
