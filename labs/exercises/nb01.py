@@ -86,6 +86,11 @@ def _verify_no_candidates(ns: Mapping[str, object]) -> str:
     refused = result.producer_error.startswith("OutOfMemoryError") and result.stream_exists
     truth = "noeviction" if refused else "allkeys-lru"
     expect(
+        refused or like != "noeviction" or result.producer_error.startswith("OutOfMemoryError"),
+        f"Этот прогон не дошёл до отказа: продюсер не получил OOM (`producer_error`: {result.producer_error[:80]!r}, "
+        f"стрим на месте: {result.stream_exists}). Запустите ячейку ещё раз.",
+    )
+    expect(
         like == truth,
         "Не похоже. Сравните три поля прогона — `cache_error`, `producer_error`, `stream_exists` — с тремя "
         "строками таблицы выше: какая строка даёт то же самое?",

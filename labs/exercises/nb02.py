@@ -60,7 +60,7 @@ def _verify_two_failing(ns: Mapping[str, object]) -> str:
     )
     expect(
         "rescuer" not in pairs.values(),
-        "В журнале владелец — сам `rescuer`: владельцев надо узнать по `XPENDING` **до** `XAUTOCLAIM`, "
+        "В журнале владелец — сам `rescuer`: владельцев надо узнать по `XPENDING` до `XAUTOCLAIM`, "
         "после него все записи уже числятся за спасателем.",
     )
     expect(
@@ -190,9 +190,9 @@ EXERCISES: tuple[Exercise, ...] = (
             "`rescuer`."
         ),
         hint=(
-            "Сначала `xpending_range` по группе (у каждой строки есть `message_id` и `consumer`), потом "
-            "XAUTOCLAIM консьюмером `rescuer` с min idle 100 мс и достаточным COUNT, XACK забранного; "
-            "журнал — пары (ID, прежний владелец)."
+            "Расширенная форма XPENDING отвечает строкой на каждую зависшую запись, и в строке есть её "
+            "консьюмер. В каком порядке её спросить относительно захвата, чтобы владельцы в журнале были "
+            "прежними, а не `rescuer`?"
         ),
     ),
     Exercise(
