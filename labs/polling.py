@@ -101,19 +101,27 @@ def poll_value(read: Callable[[], T], done: Callable[[T], object], timeout_s: fl
     return value
 
 
-def every(period_s: float | Callable[[], float], for_s: float, stop: threading.Event | None = None) -> Iterator[float]:
-    """Yield the seconds elapsed at ``0, period_s, 2 * period_s, ...`` for ``for_s`` seconds, or until
+def every(
+    period_s: float | Callable[[], float],
+    for_s: float,
+    stop: threading.Event | None = None,
+    *,
+    catch_up: bool = False,
+) -> Iterator[float]:
+    """Yield the seconds elapsed, pausing ``period_s`` after each body, for ``for_s`` seconds or until
     ``stop`` is set (it also cuts a pause short).
 
-    Each value is due one period after the one before: a slow body is made up for by a shorter
-    pause, never by a burst beyond the schedule. A callable ``period_s`` is asked after each body
-    (a backoff after failures). ``break`` ends the loop early, as in any ``for``; a ``for ... else``
-    runs its ``else`` when the time was up or ``stop`` was set.
+    The pause comes after the body whatever the body took (what is looked at gets that time to
+    run); with ``catch_up`` the values are due on a schedule instead, one period after the one
+    before, so a slow body is made up for by a shorter pause (a writer at a set rate). A callable
+    ``period_s`` is asked after each body (a backoff after failures). ``break`` ends the loop early,
+    as in any ``for``; a ``for ... else`` runs its ``else`` when the time was up or ``stop`` was set.
     """
     started = next_at = time.monotonic()
     while (elapsed_s := time.monotonic() - started) < for_s and not (stop is not None and stop.is_set()):
         yield elapsed_s
-        next_at += period_s() if callable(period_s) else period_s
+        period = period_s() if callable(period_s) else period_s
+        next_at = next_at + period if catch_up else time.monotonic() + period
         pause_s = min(next_at, started + for_s) - time.monotonic()
         if pause_s > 0:
             if stop is None:

@@ -103,3 +103,22 @@ def test_the_async_twins_take_ignoring_and_read_coroutines() -> None:
         assert await poll_value_async(read, lambda n: n == 2, 5, poll_s=0.001) == 2
 
     asyncio.run(scenario())
+
+
+def test_every_pauses_after_the_body_unless_it_catches_up() -> None:
+    """A 30 ms body with a 20 ms period: every round at least 50 ms, or shorter on a schedule that catches up."""
+
+    def gaps(catch_up: bool) -> list[float]:
+        stamps = []
+        for elapsed_s in every(0.02, 0.4, catch_up=catch_up):
+            stamps.append(elapsed_s)
+            time.sleep(0.03)
+        return [b - a for a, b in itertools.pairwise(stamps)]
+
+    paused, caught_up = gaps(catch_up=False), gaps(catch_up=True)
+    assert min(paused) >= 0.049, f"shortest round {min(paused) * 1000:.1f} ms < the body's 30 ms + the period's 20 ms"
+    mean_paused, mean_caught_up = sum(paused) / len(paused), sum(caught_up) / len(caught_up)
+    assert mean_caught_up < mean_paused, (
+        f"catching up: {mean_caught_up * 1000:.1f} ms a round, not below the paused {mean_paused * 1000:.1f} ms "
+        "(the schedule skips the pause a 30 ms body already covered)"
+    )

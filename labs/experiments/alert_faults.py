@@ -161,7 +161,7 @@ class MemoryFiller(threading.Thread):
         client = redis.Redis.from_url(self.url, socket_timeout=5)
         payload = "x" * ENTRY_BYTES
         try:
-            for _ in every(ENTRY_BYTES / self.bytes_per_s, self.max_s, self.stop_event):
+            for _ in every(ENTRY_BYTES / self.bytes_per_s, self.max_s, self.stop_event, catch_up=True):
                 try:
                     client.xadd(self.stream, {"payload": payload})
                 except redis.exceptions.OutOfMemoryError as exc:
