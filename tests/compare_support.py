@@ -17,6 +17,7 @@ from labs.compare.sites import Site, Sites
 from labs.launcher import rabbitmq
 
 SETTINGS = Settings(max_attempts=3, prefetch=8, redeliver_after_ms=500, publish_timeout_s=2.0)
+BROKER_MOVES_DEAD_LETTERS = {"rabbitmq"}  # x-delivery-limit + DLX; the others' consumer moves them
 
 
 def require_brokers(kind: str) -> None:
@@ -62,8 +63,16 @@ class BrokerContract:
     def test_a_poison_message_is_dead_lettered_after_max_attempts_the_others_charged(self, site: Site,
                                                                                     work: Path) -> None:
         row = run(site, Case("poison", 20, poison=True), work)
-        assert row["poison_dead_lettered"] and row["poison_attempts"] == SETTINGS.max_attempts
+        assert row["poison_dead_lettered"] and row["poison_attempts"] == SETTINGS.max_attempts, row
         assert row["charged"] == 19 and row["lost"] == 0 and row["charged_twice"] == 0
+        who = "broker" if self.kind in BROKER_MOVES_DEAD_LETTERS else "consumer"
+        assert row["dead_lettered_by"] == who, (row["dead_lettered_by"], who)
+
+    def test_a_window_of_publishes_keeps_the_contract(self, site: Site, work: Path) -> None:
+        row = run(site, Case("window-64", 300, hold=True, window=64), work)
+        assert row["confirmed"] == 300 and row["lost"] == 0 and row["charged"] == 300, row
+        assert row["charged_twice"] == 0 and row["window"] == 64
+        assert row["copies"] == 3 and row["server"] and row["fsync"] and row["confirm"]
 
     def test_a_consumer_killed_between_charge_and_ack_is_redelivered_and_absorbed(self, site: Site,
                                                                                  work: Path) -> None:

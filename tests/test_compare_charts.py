@@ -34,3 +34,16 @@ def test_the_latency_distribution_rises_to_one_per_broker_and_case() -> None:
     for trace in fig.data:
         assert list(trace.x) == sorted(trace.x) and trace.y[-1] == pytest.approx(1.0) and trace.y[0] > 0
     assert fig.layout.xaxis.type == "log"
+
+
+def test_the_window_sweep_and_the_load_curve_draw_every_row_from_its_rows() -> None:
+    rows: list[Row] = [{"broker": b, "case": f"window-{w}", "window": w, "publish_per_s": 100.0 * w}
+                       for b in ("redis", "nats") for w in (1, 16, 256)]
+    rows += [{"broker": "nats", "case": f"load-{s}%", "offered_per_s": 10.0 * s, "p50_ms": 2.0, "p99_ms": 9.0}
+             for s in (25, 50)]
+    sweep = charts.window_sweep(rows)
+    assert [t.name for t in sweep.data] == ["redis", "nats"] and list(sweep.data[0].x) == [1, 16, 256]
+    assert sweep.layout.xaxis.type == "log"
+    load = charts.load_curve(rows, lang="en")
+    assert [t.name for t in load.data] == ["nats p50", "nats p99"] and list(load.data[1].y) == [9.0, 9.0]
+    assert [name for name, _fig in charts.report_figures(rows)][:2] == ["publish window sweep", "latency under load"]

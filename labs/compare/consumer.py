@@ -4,7 +4,9 @@ A delivery is charged through :class:`solutions.ledger.Ledger` with ``once=True`
 its ``applied_events`` row commit in one transaction, so a redelivered event is *absorbed*
 (counted, not charged again). Only then is the delivery acked. A failing handling (``fail_every``,
 or a poison event whose amount is ``poison``) is retried by the broker until ``max_attempts``, then
-dead-lettered; an undecodable body goes to the dead letters at once.
+dead-lettered; an undecodable body goes to the dead letters at once. Where the broker dead-letters
+by itself (``broker_dead_letters``: RabbitMQ's ``x-delivery-limit``), a failing delivery is only
+ever requeued: the move to the dead letters is the broker's.
 """
 
 from __future__ import annotations
@@ -44,13 +46,14 @@ class Charger:
     """Charge each delivery once, ack after the commit; fail, retry and dead-letter as the contract says."""
 
     def __init__(self, ledger: Path, consumer: str, *, max_attempts: int, fail_every: int = 0,
-                 delay_ms: int = 0, crash_after_charges: int = 0) -> None:
+                 delay_ms: int = 0, crash_after_charges: int = 0, broker_dead_letters: bool = False) -> None:
         self.ledger = Ledger(ledger).open()
         self.consumer = consumer
         self.max_attempts = max_attempts
         self.fail_every = fail_every
         self.delay_s = delay_ms / 1000
         self.crash_after_charges = crash_after_charges  # kill -9 of itself after this charge, before its ack
+        self.broker_dead_letters = broker_dead_letters
         self.tally = Tally()
         self._handled = 0
 
@@ -74,7 +77,7 @@ class Charger:
         failing = d.event.amount == POISON_AMOUNT or (self.fail_every and self._handled % self.fail_every == 0)
         if failing:
             self.tally.failed += 1
-            if d.attempt >= self.max_attempts:
+            if d.attempt >= self.max_attempts and not self.broker_dead_letters:
                 self.tally.dead_lettered += 1
                 await d.dead_letter(f"failed {d.attempt} times")
             else:

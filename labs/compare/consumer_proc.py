@@ -11,7 +11,7 @@ from pathlib import Path
 
 from labs.compare.consumer import Charger, consume
 from labs.compare.contract import Settings
-from labs.compare.sites import make_broker
+from labs.compare.registry import make_broker
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -19,12 +19,12 @@ async def _main(args: argparse.Namespace) -> None:
     broker = make_broker(args.kind, json.loads(args.address), args.queue, settings)
     await broker.connect()
     charger = Charger(Path(args.ledger), args.consumer, max_attempts=settings.max_attempts,
-                      crash_after_charges=args.crash_after_charges)
+                      crash_after_charges=args.crash_after_charges, broker_dead_letters=broker.broker_dead_letters)
     await consume(broker, charger, asyncio.Event())
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")  # its planned kill: quiet
     parser = argparse.ArgumentParser(prog="python -m labs.compare.consumer_proc")
     for name in ("--kind", "--address", "--queue", "--ledger", "--consumer", "--settings"):
         parser.add_argument(name, required=True)

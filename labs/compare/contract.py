@@ -3,7 +3,9 @@
 Producer side: :meth:`Broker.publish` sends one event and waits for the broker's confirmation;
 it answers ``confirmed`` (the broker took responsibility), ``refused`` (the broker said no) or
 ``unknown`` (no answer in time, a connection lost mid-flight): the producer re-sends an unknown
-or refused event with the same ``event_id`` until it is confirmed.
+or refused event with the same ``event_id`` until it is confirmed. :meth:`Broker.publish_window`
+is the same contract for a window of events in flight at once, the way each vendor says to
+publish for throughput (confirms gathered over the window; Redis: one ``WAIT`` per pipeline).
 
 Consumer side: :meth:`Broker.deliveries` yields :class:`Delivery` objects, each with the delivery
 attempt it is (1 for the first) and ``ack()`` / ``retry()`` / ``dead_letter()``: manual
@@ -17,7 +19,7 @@ import asyncio
 import enum
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -83,20 +85,40 @@ class Settings:
     """What every adapter is set to, so that rows differ by broker, not by configuration."""
 
     max_attempts: int = 3  # deliveries before the dead letters
-    prefetch: int = 16  # deliveries in hand per consumer (Redis: COUNT; RabbitMQ: QoS; NATS: fetch batch)
+    prefetch: int = 16  # deliveries in hand per consumer (Redis: COUNT; RabbitMQ: QoS; NATS: pull batch)
+    consumers: int = 2  # consumers of one queue (NATS: max_ack_pending = prefetch x consumers, the same in hand)
     redeliver_after_ms: int = 1000  # an unacked delivery comes back after this (Redis min idle; NATS AckWait)
     publish_timeout_s: float = 2.0  # no confirmation within it: the outcome is unknown
     wait_replicas: int = 0  # Redis only: WAIT N after each XADD (0: none)
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1 or self.prefetch < 1 or self.redeliver_after_ms < 100:
+        if self.max_attempts < 2 or self.prefetch < 1 or self.redeliver_after_ms < 100 or self.consumers < 1:
             raise ValueError(f"bad compare settings: {self}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Durability:
+    """What a row's confirm means, stated on every figure: the server that ran, how many copies the
+    queue keeps, when the data reaches the disk, and what has happened when the producer hears "yes"."""
+
+    server: str  # "Redis 7.0.15", "RabbitMQ 3.10.8", "NATS 2.9.10": read from the running server
+    copies: int  # copies of each message the queue keeps (leader and replicas)
+    fsync: str  # when a confirmed message is on disk
+    confirm: str  # what the confirm means
+    dead_letters: str  # who moves a poison message to the dead letters
+
+    def text(self) -> str:
+        return (f"{self.server}; {self.copies} copies; fsync: {self.fsync}; confirm: {self.confirm}; "
+                f"dead letters: {self.dead_letters}")
 
 
 class Broker(Protocol):
     """One queue (stream) of one broker, as seen by a producer or a consumer."""
 
     name: str  # the row label: "redis", "redis+WAIT", "rabbitmq", "nats"
+    # True when the broker itself moves a message to the dead letters after its delivery limit; the
+    # consumer then only asks for redeliveries (RabbitMQ's x-delivery-limit + DLX)
+    broker_dead_letters: bool
 
     async def connect(self) -> None: ...
 
@@ -104,10 +126,18 @@ class Broker(Protocol):
 
     async def publish(self, event: Event) -> Outcome: ...
 
+    async def publish_window(self, events: Sequence[Event]) -> list[Outcome]:
+        """Every event of ``events`` in flight at once; one outcome each, in order (same rules as publish)."""
+        ...
+
     def deliveries(self, consumer: str, stop: asyncio.Event) -> AsyncIterator[Delivery]: ...
 
     async def dead_letters(self) -> list[str]: ...
 
     async def backlog(self) -> int: ...
 
-    def durability(self) -> str: ...
+    async def durability(self) -> Durability:
+        """The row's durability (reads the server's version: after :meth:`connect`)."""
+        ...
+
+

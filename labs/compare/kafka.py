@@ -24,17 +24,22 @@ class Cell:
 
 
 CELLS: tuple[Cell, ...] = (
-    Cell("durability", "a write acknowledged with acks=all is in every in-sync replica; with "
-         "min.insync.replicas it is refused when too few replicas are in sync",
-         DOCS + "#producerconfigs_acks"),
-    Cell("durability", "the log is flushed to disk by the OS by default (log.flush.interval.messages and "
-         "log.flush.interval.ms unset): durability comes from replication, not fsync",
+    Cell("durability", "a write acknowledged with acks=all is in every in-sync replica; set replication factor 3 "
+         "and min.insync.replicas=2 (its default is 1: once the in-sync set shrinks to the leader, acks=all is "
+         "acknowledged by the leader alone)",
+         DOCS + "#brokerconfigs_min.insync.replicas"),
+    Cell("durability", "the log is flushed to disk by the OS by default (log.flush.interval.messages defaults "
+         "to Long.MAX_VALUE, log.flush.interval.ms unset): durability comes from replication, not fsync",
          DOCS + "#brokerconfigs_log.flush.interval.messages"),
     Cell("leader-kill", "a new leader is elected from the in-sync replicas; with "
-         "unclean.leader.election.enable=false (the default) no acknowledged write is lost",
+         "unclean.leader.election.enable=false (the default) a committed write survives as long as one in-sync "
+         "replica is alive; with min.insync.replicas=1 (the default) an acknowledged write may be on the leader "
+         "alone and lost with it",
          DOCS + "#design_replicatedlog"),
-    Cell("duplicates", "the idempotent producer (enable.idempotence, default true since 3.0) writes a retried "
-         "send once per partition; transactions extend it to exactly-once read-process-write",
+    Cell("duplicates", "the idempotent producer (enable.idempotence, default true since 3.0) dedupes the "
+         "client's own retries within one producer session; an application's re-send of an unknown outcome is a "
+         "new record (the KafkaProducer javadoc: application-level re-sends cannot be de-duplicated), so here it "
+         "is a duplicate the ledger absorbs, as with Redis and RabbitMQ",
          DOCS + "#semantics"),
     Cell("consumer-kill", "a consumer commits offsets; a crash between the effect and the commit re-reads "
          "from the last committed offset (at-least-once), so the handler must be idempotent",

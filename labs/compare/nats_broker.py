@@ -1,14 +1,22 @@
-"""NATS JetStream 2.9 with nats-py: a file stream of 3 replicas, publish acks with ``Nats-Msg-Id``
+"""NATS JetStream with nats-py: a file stream of 3 replicas, publish acks with ``Nats-Msg-Id``
 dedupe, a durable pull consumer with explicit acks, ``AckWait`` and ``MaxDeliver``; the dead
 letters are published to ``<stream>-dlq`` by the consumer (JetStream has no dead-letter queue:
-after MaxDeliver it only stops delivering and emits an advisory)."""
+after MaxDeliver it only stops delivering and emits an advisory).
+
+Publishing for throughput is nats-py's ``publish_async`` (its futures are the window, as NATS's
+``PublishAsync`` with a max-pending), consuming is a long-lived pull: one pull request of
+``prefetch`` messages, re-issued when half of it has arrived, and ``max_ack_pending`` equal to
+what the consumers may hold (``prefetch`` each), as RabbitMQ's QoS and Redis's COUNT.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import nats
@@ -17,35 +25,48 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from labs.compare.contract import Delivery, Event, Outcome, Settings
+from labs.compare.contract import Delivery, Durability, Event, Outcome, Settings
 from labs.launcher.nats import ensure_stream
 
 log = logging.getLogger(__name__)
 DURABLE = "billing"
-IDLE_WAIT_S = 0.5  # a waiting pull for the first message when none is there
-DRAIN_WAIT_S = 0.005  # a pull that takes only what is there: the server answers at once, this ends the rest
+PULL_EXPIRES_S = 30.0  # a pull request the server forgets after this (a 408 says so; the next one goes out)
+HEARTBEAT_S = 0.5  # the server's idle heartbeat on a waiting pull request
+SILENCE_S = 1.5  # no message or heartbeat for this long: the request is lost, a new one goes out
 UNKNOWN_ERRORS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
                   nats.errors.ConnectionReconnectingError, nats.errors.OutboundBufferLimitError,
-                  asyncio.TimeoutError, ConnectionError, OSError)
+                  nats.js.errors.TooManyStalledMsgsError, asyncio.TimeoutError, ConnectionError, OSError)
 
 
 class NatsBroker:
-    name = "nats"
+    broker_dead_letters = False  # JetStream stops at MaxDeliver; the consumer publishes the dead letter
 
-    def __init__(self, urls: list[str], stream: str, settings: Settings) -> None:
+    def __init__(self, urls: list[str], stream: str, settings: Settings, *, sync_always: bool = False) -> None:
+        self.name = "nats+sync" if sync_always else "nats"
         self.urls = list(urls)
         self.stream = stream
         self.settings = settings
+        self.sync_always = sync_always  # the servers run with jetstream { sync_interval: always } (2.10+)
         self._nc: Any = None
         self._js: Any = None
 
-    def durability(self) -> str:
-        return ("JetStream file stream, 3 replicas (acked once a majority has it), Nats-Msg-Id dedupe window 120 s; "
-                "NATS 2.9 fsyncs every 2 minutes, not before the ack")
+    async def durability(self) -> Durability:
+        v = self._nc.connected_server_version
+        version = f"{v.major}.{v.minor}.{v.patch}"
+        if self.sync_always:
+            fsync = "before the ack (sync_interval: always)"
+        elif (v.major, v.minor) >= (2, 10):
+            fsync = "every 2 minutes (sync_interval default; always is a setting since 2.10)"
+        else:
+            fsync = "every 2 minutes, not before the ack (2.9 has no setting for it)"
+        return Durability(server=f"NATS {version}", copies=3, fsync=fsync,
+                          confirm="PubAck once a majority (2 of 3) has it; Nats-Msg-Id dedupe window 120 s",
+                          dead_letters="the consumer (JetStream stops at MaxDeliver)")
 
     async def connect(self) -> None:
         self._nc = await nats.connect(servers=self.urls, connect_timeout=2, reconnect_time_wait=0.2,
-                                      max_reconnect_attempts=-1, allow_reconnect=True)
+                                      max_reconnect_attempts=-1, allow_reconnect=True,
+                                      error_cb=_quiet, disconnected_cb=_nothing, reconnected_cb=_nothing)
         self._js = self._nc.jetstream(timeout=self.settings.publish_timeout_s)
         await ensure_stream(self._js, self.stream)
         # The durable consumer now, before anything is published (as Redis's group and RabbitMQ's queue are
@@ -58,58 +79,97 @@ class NatsBroker:
             with contextlib.suppress(Exception):
                 await self._nc.close()
 
+    def _subject(self, event: Event) -> str:
+        return f"{self.stream}.{event.order_id}"
+
     async def publish(self, event: Event) -> Outcome:
         """JetStream publish and wait for its PubAck; the same ``Nats-Msg-Id`` within the window is stored once."""
         try:
-            await self._js.publish(f"{self.stream}.{event.order_id}", event.encode(),
+            await self._js.publish(self._subject(event), event.encode(),
                                    timeout=self.settings.publish_timeout_s, headers={"Nats-Msg-Id": event.event_id})
             return Outcome.CONFIRMED
-        except nats.js.errors.NoStreamResponseError:
-            return Outcome.UNKNOWN  # the stream had no leader to answer (an election in progress)
-        except nats.js.errors.APIError as exc:
-            code = getattr(exc, "code", None)
-            return Outcome.UNKNOWN if code in (503, None) else Outcome.REFUSED  # 503: no quorum, no answer
-        except UNKNOWN_ERRORS:
-            return Outcome.UNKNOWN
+        except Exception as exc:  # sorted by _outcome_of; a bug is raised there
+            return _outcome_of(exc)
+
+    async def publish_window(self, events: Sequence[Event]) -> list[Outcome]:
+        """``publish_async`` of every event, then their PubAcks within the publish timeout (none: unknown)."""
+        futures: list[asyncio.Future[Any] | BaseException] = []
+        for event in events:
+            try:
+                futures.append(await self._js.publish_async(
+                    self._subject(event), event.encode(), wait_stall=self.settings.publish_timeout_s,
+                    headers={"Nats-Msg-Id": event.event_id}))
+            except Exception as exc:  # sorted by _outcome_of below
+                futures.append(exc)
+        waiting = [f for f in futures if isinstance(f, asyncio.Future)]
+        if waiting:
+            await asyncio.wait(waiting, timeout=self.settings.publish_timeout_s)
+        out = []
+        for f in futures:
+            if not isinstance(f, asyncio.Future):
+                out.append(_outcome_of(f))
+            elif not f.done():
+                f.cancel()  # no PubAck in time: releases its place in the window
+                out.append(Outcome.UNKNOWN)
+            elif f.cancelled():
+                out.append(Outcome.UNKNOWN)
+            elif (error := f.exception()) is not None:
+                out.append(_outcome_of(error))
+            else:
+                out.append(Outcome.CONFIRMED)  # a duplicate PubAck too: stored once
+        return out
 
     def _config(self) -> ConsumerConfig:
         return ConsumerConfig(durable_name=DURABLE, ack_policy=AckPolicy.EXPLICIT,
                               ack_wait=self.settings.redeliver_after_ms / 1000,
                               max_deliver=self.settings.max_attempts + 1,  # a backstop: the handler dead-letters at N
-                              max_ack_pending=10_000)
+                              max_ack_pending=self.settings.prefetch * self.settings.consumers)
 
     async def deliveries(self, consumer: str, stop: asyncio.Event) -> AsyncIterator[Delivery]:
-        """Pull what is there, up to ``prefetch`` at a time; when nothing is, wait for the first message only.
+        """A long-lived pull: a request for ``prefetch`` messages, topped up when half has arrived.
 
-        nats-py's ``fetch(n, timeout)``, once its waiting request got a first message, waits on for the
-        other ``n - 1`` until the timeout: with a trickle of messages each one would wait up to the
-        timeout (500 ms measured as NATS's p50 in the throughput case). Redis's ``XREADGROUP BLOCK``
-        returns as soon as one entry is there, and so does this: a waiting ``fetch(1)`` when idle, then
-        ``fetch(prefetch)`` calls that only take what the server has at once (no waiting request: a
-        short timeout ends one that found nothing, and the next idle wait starts).
+        The request is the JetStream API's ``CONSUMER.MSG.NEXT`` with an expiry and an idle heartbeat;
+        the server pushes up to ``batch`` messages to our inbox as they come. Status messages (100
+        heartbeat, 408 expired, 409) are not deliveries; a request whose heartbeats stopped (a killed
+        server took it along) is re-issued.
         """
-        sub = None
-        idle = True
-        while not stop.is_set():
-            try:
-                if sub is None:
-                    sub = await self._js.pull_subscribe(f"{self.stream}.>", durable=DURABLE, stream=self.stream,
-                                                        config=self._config())
-                if idle:
-                    msgs = await sub.fetch(1, timeout=IDLE_WAIT_S)
-                else:
-                    msgs = await sub.fetch(self.settings.prefetch, timeout=DRAIN_WAIT_S)
-                idle = False
-            except (TimeoutError, nats.errors.TimeoutError):
-                idle = True
-                continue
-            except (nats.js.errors.Error, *UNKNOWN_ERRORS) as exc:
-                log.info("%s: %s, retrying", consumer, type(exc).__name__)
-                sub = None
-                await asyncio.sleep(0.2)
-                continue
-            for msg in msgs:
+        inbox: asyncio.Queue[Msg] = asyncio.Queue()
+        reply = self._nc.new_inbox()
+        sub = await self._nc.subscribe(reply, cb=inbox.put)
+        api = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{DURABLE}"
+        batch = self.settings.prefetch
+        owed = 0  # messages the requests still out may bring
+        heard_at = 0.0
+        try:
+            while not stop.is_set():
+                if time.monotonic() - heard_at > SILENCE_S:
+                    owed = 0  # no message and no heartbeat: the request is gone (its server was killed)
+                if owed <= batch // 2:
+                    request = {"batch": batch - owed, "expires": int(PULL_EXPIRES_S * 1e9),
+                               "idle_heartbeat": int(HEARTBEAT_S * 1e9)}
+                    try:
+                        await self._nc.publish(api, json.dumps(request).encode(), reply=reply)
+                    except UNKNOWN_ERRORS as exc:
+                        log.info("%s: %s, retrying the pull", consumer, type(exc).__name__)
+                        await asyncio.sleep(0.2)
+                        continue
+                    owed = batch
+                    heard_at = time.monotonic()
+                try:
+                    msg = await asyncio.wait_for(inbox.get(), timeout=HEARTBEAT_S)
+                except TimeoutError:
+                    continue
+                heard_at = time.monotonic()
+                headers = msg.headers or {}
+                if status := headers.get("Status"):  # 100 heartbeat; 408 expired, 409 the consumer changed
+                    if status != "100":
+                        owed = max(0, owed - int(headers.get("Nats-Pending-Messages") or owed))
+                    continue
+                owed -= 1
                 yield self._delivery(msg)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
     def _delivery(self, msg: Msg) -> Delivery:
         meta = msg.metadata
@@ -148,3 +208,23 @@ class NatsBroker:
         except nats.js.errors.NotFoundError:
             return int((await self._js.stream_info(self.stream)).state.messages)
         return int(info.num_pending) + int(info.num_ack_pending)
+
+
+def _outcome_of(exc: BaseException) -> Outcome:
+    """A publish's error: no stream leader, no quorum (503) or no answer -> unknown; another API error -> refused."""
+    if isinstance(exc, nats.js.errors.NoStreamResponseError):
+        return Outcome.UNKNOWN  # the stream had no leader to answer (an election in progress)
+    if isinstance(exc, nats.js.errors.APIError):
+        return Outcome.UNKNOWN if getattr(exc, "code", None) in (503, None) else Outcome.REFUSED
+    if isinstance(exc, UNKNOWN_ERRORS):
+        return Outcome.UNKNOWN
+    raise exc
+
+
+async def _quiet(exc: Exception) -> None:
+    """nats-py's error callback: a reconnect after a planned kill is expected; one line in the log."""
+    log.info("nats-py: %s: %s", type(exc).__name__, exc)
+
+
+async def _nothing() -> None:
+    return None

@@ -17,14 +17,15 @@ import sys
 import time
 import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
 from labs.compare.consumer import Charger, Tally, consume
-from labs.compare.contract import Settings
-from labs.compare.producer import ProduceLog, make_events, produce
+from labs.compare.contract import Broker, Event, Settings
+from labs.compare.producer import ProduceLog, make_events, produce, produce_windowed
 from labs.compare.sites import Site
+from labs.polling import poll_async, poll_value_async
 from solutions.ledger import read_rows
 
 log = logging.getLogger(__name__)
@@ -41,10 +42,22 @@ class Row(TypedDict, total=False):
     case: str
     error: str
     durability: str
+    server: str
+    copies: int
+    fsync: str
+    confirm: str
+    window: int
+    prefetch: int
+    offered_per_s: float | None
+    broker_dead_letters: bool  # the broker moves a poison message itself (the consumer only requeues)
+    dead_lettered_by: str | None  # the poison case: "broker" (RabbitMQ's x-delivery-limit) or "consumer"
+    memory_points: list[tuple[int, float]]  # (messages held, RSS MB of the broker's servers)
+    bytes_per_message: float | None
+    bytes_per_message_per_copy: float | None
+    publish_p50_ms: float | None
+    publish_p99_ms: float | None
     backlog_held: int
     rss_before_mb: float
-    rss_held_mb: float
-    rss_mb_per_million: float
     killed_port: int
     crash_redelivered_after_s: float | None
     out_of_order: int
@@ -78,16 +91,19 @@ class Row(TypedDict, total=False):
 class Case:
     name: str
     events: int
-    rate_per_s: float = 0.0  # 0: as fast as confirms come back
+    rate_per_s: float = 0.0  # 0: as fast as confirms come back; > 0: offered at this rate
     consumers: int = 2
     kill_leader_at_s: float = 0.0  # > 0: kill -9 of the queue's leader this long after the start
     orders: int = 0  # > 0: events cycle over this many order ids (per-key order)
     poison: bool = False  # one event whose handling always fails
     crash_consumer: bool = False  # a consumer process that kills itself between a charge and its ack
-    hold: bool = False  # publish everything before any consumer starts (backlog, RSS)
+    hold: bool = False  # publish everything before any consumer starts (publish rate alone, then the drain)
+    window: int = 0  # 0: one event in flight (produce); >= 1: produce_windowed with this window
+    prefetch: int = 0  # > 0: this prefetch instead of the settings' (the prefetch sweep)
+    memory_at: tuple[int, ...] = ()  # the memory case: RSS with this many messages held, each size in turn
     drain_timeout_s: float = 60.0
     produce_deadline_s: float = 120.0  # the producer stops re-sending after this (the rest: gave up)
-    restart_killed: bool = True  # start the killed leader again afterwards (and wait for its replicas)
+    restart_killed: bool = True  # start the killed leader again once the case is over (every broker alike)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -97,45 +113,58 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
+async def _publish(producer: Broker, events: list[Event], case: Case) -> ProduceLog:
+    if case.window:
+        return await produce_windowed(producer, events, window=case.window, rate_per_s=case.rate_per_s,
+                                      deadline_s=case.produce_deadline_s)
+    return await produce(producer, events, rate_per_s=case.rate_per_s, deadline_s=case.produce_deadline_s)
+
+
 async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> Row:
     """Run ``case`` on ``site`` once; the row of figures."""
+    settings = replace(settings, prefetch=case.prefetch or settings.prefetch, consumers=case.consumers)
     queue = f"{case.name}-{uuid.uuid4().hex[:6]}"
     ledger = work / f"{site.kind.replace('+', '-')}-{queue}.sqlite3"
     events = make_events(queue, case.events, orders=case.orders, poison_at=case.events // 2 if case.poison else -1)
     poison_ids = {e.event_id for e in events if e.amount == "poison"}
     producer = site.broker(queue, settings)
     await producer.connect()
+    if case.memory_at:
+        try:
+            return await _memory(site, producer, queue, case, events)
+        finally:
+            await producer.close()
     brokers = [site.broker(queue, settings) for _ in range(case.consumers)]
-    chargers = [Charger(ledger, f"{site.kind}-c{i}", max_attempts=settings.max_attempts) for i in range(case.consumers)]
+    chargers = [Charger(ledger, f"{site.kind}-c{i}", max_attempts=settings.max_attempts,
+                        broker_dead_letters=producer.broker_dead_letters) for i in range(case.consumers)]
     stop = asyncio.Event()
-    rss_before = await asyncio.to_thread(site.rss_bytes)
-    row: Row = {"broker": site.kind, "case": case.name, "durability": producer.durability()}
+    durability = await producer.durability()
+    row: Row = {"broker": site.kind, "case": case.name, "durability": durability.text(), "server": durability.server,
+                "copies": durability.copies, "fsync": durability.fsync, "confirm": durability.confirm,
+                "window": case.window or 1, "prefetch": settings.prefetch, "offered_per_s": case.rate_per_s or None,
+                "broker_dead_letters": producer.broker_dead_letters}
     plog: ProduceLog | None = None
-    if case.hold:
-        plog = await produce(producer, events, rate_per_s=case.rate_per_s, deadline_s=case.produce_deadline_s)
+    if case.hold or case.crash_consumer:  # everything published first (the crash case: then the crasher alone)
+        plog = await _publish(producer, events, case)
         row["backlog_held"] = await producer.backlog()
-        rss_held = await asyncio.to_thread(site.rss_bytes)
-        row["rss_before_mb"] = round(rss_before / 1e6, 1)
-        row["rss_held_mb"] = round(rss_held / 1e6, 1)
-        row["rss_mb_per_million"] = round((rss_held - rss_before) / 1e6 / max(1, row["backlog_held"]) * 1e6, 0)
     crash_at = 0.0
-    if case.crash_consumer:  # everything published first, then the crasher alone: it charges, dies unacked
-        plog = await produce(producer, events, rate_per_s=case.rate_per_s, deadline_s=case.produce_deadline_s)
+    if case.crash_consumer:  # it charges, dies unacked
         crash_at = await _crash_time(_spawn_crasher(site, queue, ledger, settings))
     for b in brokers:
         await b.connect()
     tasks = [asyncio.create_task(consume(b, c, stop)) for b, c in zip(brokers, chargers, strict=True)]
     fault: asyncio.Task[tuple[float, int]] | None = None
     if case.kill_leader_at_s:
-        fault = asyncio.create_task(_kill_leader_later(site, queue, case.kill_leader_at_s, case.restart_killed))
+        fault = asyncio.create_task(_kill_leader_later(site, queue, case.kill_leader_at_s))
     started = time.time()
     if plog is None:
-        plog = await produce(producer, events, rate_per_s=case.rate_per_s, deadline_s=case.produce_deadline_s)
+        plog = await _publish(producer, events, case)
     killed_at, killed_port = await fault if fault else (0.0, 0)
-    await _drain(ledger, plog, poison_ids, chargers, case, crash_at)
+    dead = await _drain(ledger, plog, poison_ids, chargers, case, crash_at, producer)
     stop.set()
     tallies: list[Tally] = list(await asyncio.gather(*tasks))
-    dead = await _retry(producer.dead_letters)
+    if not poison_ids or not dead:
+        dead = await _retry(producer.dead_letters)
     for b in [producer, *brokers]:
         await b.close()
     for c in chargers:
@@ -145,6 +174,18 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> Ro
         row |= _after_fault(ledger, plog, killed_at)
         row["killed_port"] = killed_port
         row["kill_at_s"] = round(killed_at - started, 3)
+        if case.restart_killed:  # after the case, for every broker alike: no restart inside the figures
+            await asyncio.to_thread(site.restart, killed_port, queue)
+    return row | _details(ledger, case, events, tallies, dead, poison_ids, crash_at)
+
+
+def _details(ledger: Path, case: Case, events: list[Event], tallies: list[Tally], dead: list[str],
+             poison: set[str], crash_at: float) -> Row:
+    """Who moved the poison message, how soon a crashed consumer's delivery came back, per-key order."""
+    row: Row = {}
+    if poison:
+        moved_by_consumer = sum(t.dead_lettered for t in tallies)
+        row["dead_lettered_by"] = "consumer" if moved_by_consumer else "broker" if poison <= set(dead) else None
     if crash_at:
         absorbed = sorted(t for tl in tallies for t in tl.absorbed_at)
         row["crash_redelivered_after_s"] = round(absorbed[0] - crash_at, 2) if absorbed else None
@@ -153,33 +194,54 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> Ro
     return row
 
 
-async def _kill_leader_later(site: Site, queue: str, after_s: float, restart: bool) -> tuple[float, int]:
-    """kill -9 of the leader after ``after_s``; with ``restart`` it is started again at once, as an operator
-    would (Redis with WAIT 1 needs a replica again before it confirms anything)."""
+async def _memory(site: Site, producer: Broker, queue: str, case: Case, events: list[Event]) -> Row:
+    """RSS of the broker's servers with the backlog held at each size of ``case.memory_at`` (no consumer),
+    and the slope between the first and the last: bytes per message held, and per copy."""
+    durability = await producer.durability()
+    row: Row = {"broker": site.kind, "case": case.name, "durability": durability.text(), "server": durability.server,
+                "copies": durability.copies, "fsync": durability.fsync, "confirm": durability.confirm}
+    points: list[tuple[int, float]] = []
+    sent = 0
+    rss_before = await asyncio.to_thread(site.rss_bytes)
+    for size in case.memory_at:
+        await produce_windowed(producer, events[sent:size], window=case.window or 256,
+                               deadline_s=case.produce_deadline_s)
+        sent = size
+        held = await _retry(producer.backlog)
+        points.append((int(held), await asyncio.to_thread(site.rss_bytes) / 1e6))
+    (n0, mb0), (n1, mb1) = points[0], points[-1]
+    slope = (mb1 - mb0) * 1e6 / (n1 - n0) if n1 > n0 else None
+    row |= {"rss_before_mb": round(rss_before / 1e6, 1), "memory_points": [(n, round(mb, 1)) for n, mb in points],
+            "bytes_per_message": round(slope) if slope is not None else None,
+            "bytes_per_message_per_copy": round(slope / durability.copies) if slope is not None else None,
+            "backlog_held": points[-1][0], "lost": 0, "charged_twice": 0, "duplicates_absorbed": 0}
+    return row
+
+
+async def _kill_leader_later(site: Site, queue: str, after_s: float) -> tuple[float, int]:
+    """kill -9 of the leader after ``after_s``; the time and its port."""
     await asyncio.sleep(after_s)
     at = time.time()
     port = await asyncio.to_thread(site.kill_leader, queue)
-    if restart:
-        await asyncio.to_thread(site.restart, port, queue)
     return at, port
 
 
 def _spawn_crasher(site: Site, queue: str, ledger: Path, settings: Settings) -> subprocess.Popen[bytes]:
+    """The crashing consumer; its output goes to ``<ledger>.crasher.log`` (its kill is planned)."""
     argv = [sys.executable, "-m", "labs.compare.consumer_proc", "--kind", site.kind,
             "--address", json.dumps(site.address), "--queue", queue, "--ledger", str(ledger),
             "--consumer", f"{site.kind}-crasher", "--settings", json.dumps(asdict(settings)),
             "--crash-after-charges", str(CRASH_AFTER_CHARGES)]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    with ledger.with_suffix(".crasher.log").open("ab") as out:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
 
 
 async def _crash_time(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> float:
-    deadline = time.monotonic() + timeout_s
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            proc.kill()
-            return 0.0
-        await asyncio.sleep(0.05)
-    return time.time()
+    """When the crashing consumer ended (0.0 if it did not within ``timeout_s``: it is killed)."""
+    if await poll_async(lambda: proc.poll() is not None, timeout_s, in_thread=False):
+        return time.time()
+    proc.kill()
+    return 0.0
 
 
 def _applied(ledger: Path) -> set[str]:
@@ -187,21 +249,24 @@ def _applied(ledger: Path) -> set[str]:
 
 
 async def _drain(ledger: Path, plog: ProduceLog, poison: set[str], chargers: list[Charger], case: Case,
-                 crash_at: float) -> None:
-    """Wait until every confirmed event is charged (the poison one dead-lettered), and after a consumer
-    crash until its unacked delivery came back and was absorbed; give up at the case's deadline."""
-    deadline = time.monotonic() + case.drain_timeout_s
+                 crash_at: float, broker: Broker) -> list[str]:
+    """Wait until every confirmed event is charged (the poison one in the broker's dead letters), and
+    after a consumer crash until its unacked delivery came back and was absorbed; give up at the case's
+    deadline. The dead letters read last (for a poison case; else [])."""
     want = set(plog.confirmed) - poison
-    while time.monotonic() < deadline:
-        done = want <= await asyncio.to_thread(_applied, ledger)
-        if poison:
-            done = done and sum(c.tally.dead_lettered for c in chargers) >= len(poison)
-        if crash_at:
-            done = done and any(c.tally.absorbed for c in chargers)
-        if done:
-            return
-        await asyncio.sleep(0.1)
-    log.warning("%s: drain deadline reached", case.name)
+    dead: list[str] = []
+
+    async def done() -> bool:
+        nonlocal dead
+        finished = want <= await asyncio.to_thread(_applied, ledger)
+        if poison and finished:  # who moved it: the broker's record decides
+            dead = await _retry(broker.dead_letters)
+            finished = poison <= set(dead)
+        return finished and (not crash_at or any(c.tally.absorbed for c in chargers))
+
+    if not await poll_value_async(done, bool, case.drain_timeout_s, poll_s=0.2):
+        log.warning("%s: drain deadline reached", case.name)
+    return dead
 
 
 async def _retry(fn: Any, attempts: int = 5) -> Any:  # a broker's coroutine function; None after 0 attempts
@@ -220,6 +285,7 @@ def _figures(ledger: Path, plog: ProduceLog, tallies: list[Tally], dead: list[st
     counts = Counter(str(r[0]) for r in read_rows(ledger, "SELECT event_id FROM charges"))
     charged_at = sorted(float(r[0]) for r in read_rows(ledger, "SELECT charged_at FROM charges"))
     latencies = [ms for t in tallies for ms in t.latencies_ms]
+    publish_ms = [a.took_s * 1000 for a in plog.attempts if a.outcome == "confirmed"]  # a window's: its round trip
     confirmed = set(plog.confirmed)
     lost = confirmed - set(counts) - set(dead)
     span_s = (charged_at[-1] - charged_at[0]) if len(charged_at) > 1 else 0.0
@@ -232,6 +298,7 @@ def _figures(ledger: Path, plog: ProduceLog, tallies: list[Tally], dead: list[st
         "duplicates_absorbed": sum(t.absorbed for t in tallies), "dead_lettered": len(dead),
         "lost": len(lost), "lost_ids": sorted(lost)[:10],
         "publish_per_s": round(len(confirmed) / plog.elapsed_s, 1) if plog.elapsed_s else None,
+        "publish_p50_ms": _round(percentile(publish_ms, 50)), "publish_p99_ms": _round(percentile(publish_ms, 99)),
         "charges_per_s": round(len(charged_at) / span_s, 1) if span_s else None,
         "p50_ms": _round(percentile(latencies, 50)), "p99_ms": _round(percentile(latencies, 99)),
         "max_ms": _round(max(latencies) if latencies else None),

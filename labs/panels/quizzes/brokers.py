@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import redis
@@ -29,10 +29,28 @@ def _row(rows: list[Row], broker: str, case: str) -> Mapping[str, object]:
     return {}
 
 
+def _rate(r: Row) -> float:
+    return float(str(r.get("publish_per_s") or 0))
+
+
+def _window_factors(rows: Sequence[Row]) -> list[float]:
+    """Per row: its best windowed publish rate over its one-in-flight rate."""
+    out = []
+    for broker in dict.fromkeys(r.get("broker") for r in rows):
+        sweep = [r for r in rows if r.get("broker") == broker and str(r.get("case", "")).startswith("window-")
+                 and "error" not in r]
+        one = [_rate(r) for r in sweep if r.get("case") == "window-1"]
+        best = max((_rate(r) for r in sweep if r.get("case") != "window-1"), default=0.0)
+        if one and one[0]:
+            out.append(best / one[0])
+    return out
+
+
 def quiz(*, rows: list[Row], max_attempts: int) -> Quiz:
     poison = [r for r in rows if r.get("case") == "poison" and "error" not in r]
     crash = [r for r in rows if r.get("case") == "consumer-kill" and "error" not in r]
     nats_kill = _row(rows, "nats", "leader-kill")
+    windows = _window_factors(rows)
     questions = [
         Question("Консьюмер убит kill -9 между списанием и ack. Что сделал ledger с повторной доставкой?",
                  ("Списал второй раз", "Поглотил: applied_events уже знает event_id, второго списания нет",
@@ -42,14 +60,22 @@ def quiz(*, rows: list[Row], max_attempts: int) -> Quiz:
                                                      for r in crash))),
         Question(f"Сколько доставок получило ядовитое сообщение до DLQ при max_attempts = {max_attempts}?",
                  ("1", str(max_attempts), "бесконечно"), 1,
-                 "Каждая строка ведёт счёт доставок (delivery count, x-delivery-count, num_delivered) "
-                 "и отправляет в мёртвые письма на последней.",
+                 "Счёт доставок ведёт каждый брокер (times_delivered, x-delivery-count, num_delivered). "
+                 "Переносит в мёртвые письма после N-й RabbitMQ сам (x-delivery-limit = N − 1: он считает "
+                 "возвраты), в Redis и NATS — код консьюмера на N-й доставке.",
                  check=_holds(1, bool(poison) and all(r["poison_attempts"] == max_attempts for r in poison))),
-        Question("NATS 2.9, R3: kill -9 лидера стрима под нагрузкой. Что с подтверждёнными публикациями?",
+        Question(f"{nats_kill.get('server', 'NATS')}, R3: kill -9 лидера стрима под нагрузкой. "
+                 "Что с подтверждёнными публикациями?",
                  ("Часть потеряна", "Все на месте: ack пришёл после записи на большинстве",
                   "Все на месте, потому что NATS делает fsync перед ack"), 1,
-                 "Спасла репликация, не диск: 2.9 делает fsync раз в 2 минуты. Отключение питания всех трёх "
-                 "узлов — другой опыт, его этот прогон не показывает.",
+                 f"Спасла репликация, не диск: fsync здесь — {nats_kill.get('fsync', 'раз в 2 минуты')}. "
+                 "Отключение питания всех трёх узлов — другой опыт, его этот прогон не показывает.",
                  check=_holds(1, bool(nats_kill) and nats_kill.get("lost") == 0)),
+        Question("Что измеряет строка «окно 1» (одно событие в полёте)?",
+                 ("Пропускную способность брокера", "Задержку подтверждённой публикации: круговой путь «XADD/"
+                  "publish → подтверждение»", "Скорость консьюмера"), 1,
+                 "С окном публикаций в секунду в разы больше у каждого брокера: окно 1 — это задержка, "
+                 "пропускную способность даёт окно, как советует каждый вендор.",
+                 check=_holds(1, bool(windows) and all(r > 1 for r in windows))),
     ]
     return Quiz(questions, title=TITLE)
