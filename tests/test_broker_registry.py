@@ -85,6 +85,9 @@ def test_labs_down_stops_brokers_whose_files_are_elsewhere(tmp_path: Path) -> No
     try:
         owner.communicate("\n", timeout=30)  # the owner exits normally; unowned brokers stay
         assert all(pid_alive(p) for p in pids), "an unowned broker must outlive its starter (make up-nats)"
+        status = subprocess.run([sys.executable, "-m", "labs", "status"], env=_env(tmp_path), capture_output=True,
+                                text=True, timeout=60, cwd=Path(__file__).resolve().parents[1], check=False)
+        assert "nats processes started by comparisons or notebooks: 3" in status.stdout, status.stdout
         down = subprocess.run([sys.executable, "-m", "labs", "down"], env=_env(tmp_path), capture_output=True,
                               text=True, timeout=120, cwd=Path(__file__).resolve().parents[1], check=False)
         assert down.returncode == 0, down.stderr

@@ -127,6 +127,7 @@ def _status(args: argparse.Namespace) -> int:
     brokers_shown = [name for name in _broker_names(args.topology) if _print_broker_status(name)]
     monitoring_cli.print_status(console)
     _print_namespaces()
+    _print_registered()
     if not shown and not brokers_shown:
         console.print(
             "no topology is running "
@@ -134,6 +135,17 @@ def _status(args: argparse.Namespace) -> int:
             "'make up-rabbitmq' or 'make up-nats')"
         )
     return 0
+
+
+def _print_registered() -> None:
+    """Broker processes of comparisons and notebooks (labs.launcher.broker_registry), wherever their files are."""
+    live = [e for _p, e in broker_registry.entries() if e.alive()]
+    by_kind: dict[str, list[int]] = {}
+    for entry in live:
+        by_kind.setdefault(entry.kind, []).append(entry.pid)
+    for kind, pids in sorted(by_kind.items()):
+        console.print(f"{kind} processes started by comparisons or notebooks: {len(pids)} (pids {pids}); "
+                      "'make down' stops them")
 
 
 def _print_namespaces() -> None:
