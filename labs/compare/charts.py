@@ -17,7 +17,7 @@ from labs.compare.scenarios import Row
 
 BIN_S = 0.25
 COLOURS = {"redis": "#d62728", "redis+WAIT": "#ff7f0e", "redis+WAIT+always": "#8c564b", "rabbitmq": "#2ca02c",
-           "nats": "#1f77b4"}
+           "nats": "#1f77b4", "nats+always": "#17becf"}
 WORDS: dict[str, dict[str, str]] = {
     "ru": {"timeline": "kill -9 лидера под нагрузкой: списания в секунду по брокерам",
            "x-kill": "с от kill -9", "y-rate": "списаний в секунду", "kill": "kill -9",

@@ -42,7 +42,7 @@ class NatsBroker:
     broker_dead_letters = False  # JetStream stops at MaxDeliver; the consumer publishes the dead letter
 
     def __init__(self, urls: list[str], stream: str, settings: Settings, *, sync_always: bool = False) -> None:
-        self.name = "nats+sync" if sync_always else "nats"
+        self.name = "nats+always" if sync_always else "nats"
         self.urls = list(urls)
         self.stream = stream
         self.settings = settings

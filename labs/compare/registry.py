@@ -66,7 +66,7 @@ ROWS: dict[str, RowSpec] = {spec.kind: spec for spec in (
             "Redis Streams, WAIT 1, appendfsync always (fsync parity with RabbitMQ)"),
     RowSpec("rabbitmq", "rabbitmq", _rabbitmq, "RabbitMQ quorum queue, publisher confirms"),
     RowSpec("nats", "nats", _nats, "NATS JetStream, R3 file stream, sync_interval default (2 min)"),
-    RowSpec("nats+sync", "nats-sync", _nats, "NATS JetStream, R3 file stream, sync_interval: always"),
+    RowSpec("nats+always", "nats-always", _nats, "NATS JetStream, R3 file stream, sync_interval: always"),
 )}
 KINDS = tuple(ROWS)
 DEFAULT_KINDS = KINDS

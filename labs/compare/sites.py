@@ -176,7 +176,7 @@ CLUSTERS: dict[str, Callable[[Path], SiteCluster]] = {
     "redis-always": lambda run: RedisSite(run / "redis-always", appendfsync="always"),
     "rabbitmq": lambda run: RabbitSite(run),
     "nats": lambda run: NatsSite(run),
-    "nats-sync": lambda run: NatsSite(run / "nats-sync", sync_always=True),
+    "nats-always": lambda run: NatsSite(run / "nats-always", sync_always=True),
 }
 
 

@@ -146,9 +146,20 @@ def faults(rows: Sequence[Row], lang: str = "en") -> Table:
                  tuple(tuple(r.get(c, "") for c in cols) for r in sel))
 
 
+def partition(rows: Sequence[Row], lang: str = "en") -> Table:
+    """The partition case (labs.compare.partition_case): what was acknowledged and then lost, what the
+    cut-off leader kept confirming and for how long, the gap before the first charge, the timers."""
+    sel = [r for r in _ok(rows) if r["case"] == "partition"]
+    cols = ("broker", "confirmed", "lost", "lost_cut_off_side", "minority_confirmed_in_cut", "minority_accepting_s",
+            "first_charge_after_cut_s", "timers")
+    return Table("partition: the leader and a producer cut off from the majority", cols,
+                 tuple(tuple(dict(r).get(c, "") for c in cols) for r in sel))
+
+
 def all_tables(rows: Sequence[Row], lang: str = "en") -> list[Table]:
     return [t for t in (durability(rows, lang), saturation(rows, lang), window_sweep(rows, lang),
-                        prefetch_sweep(rows, lang), load_curve(rows, lang), memory(rows, lang), faults(rows, lang))
+                        prefetch_sweep(rows, lang), load_curve(rows, lang), memory(rows, lang), faults(rows, lang),
+                        partition(rows, lang))
             if t.rows]
 
 
