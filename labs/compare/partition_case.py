@@ -93,6 +93,9 @@ class PartitionPlan:
     settle_s: float = 5.0  # drained: every confirmed event charged, or no new charge for this long
     drain_timeout_s: float = 90.0
     down_after_ms: int = 1000  # Redis's Sentinel (the lab's setting; Redis's default is 30 s)
+    # RabbitMQ's Erlang distribution: the lab's setting, as Sentinel's 1 s is (its default is 60 s, None here;
+    # RabbitMQ's docs advise against less than about 10 s). A quorum queue elects after the nodedown it gives.
+    net_ticktime_s: int | None = 10
 
     @property
     def events(self) -> int:
@@ -348,7 +351,7 @@ def start_site(kind: str, run_dir: Path, plan: PartitionPlan) -> Partitioned:
         return RedisPartitioned.start(run_dir, redis_copies.Copies(down_after_ms=plan.down_after_ms,
                                                                     fsync="always" if always else "everysec"))
     if kind.startswith("rabbitmq"):
-        return RabbitPartitioned.start(run_dir)
+        return RabbitPartitioned.start(run_dir, plan.net_ticktime_s)
     if kind.startswith("nats"):
         return NatsPartitioned.start(run_dir, always)
     raise ValueError(f"no partition site for {kind!r}; choose one of {', '.join(KINDS)}")

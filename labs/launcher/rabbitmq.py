@@ -121,6 +121,9 @@ class RabbitCluster:
     name: str = "rabbitmq"
     owner_pid: int | None = None  # set: every process stops when that one exits (labs.launcher.reaper)
     fabric: netns.Fabric | None = None  # in_namespaces(): each node (and an epmd) in a namespace of its own
+    # kernel net_ticktime: a peer silent for 0.75-1.25 x this is down (None: Erlang's 60 s). Set it on
+    # every node and the CLI alike (advanced.config; RabbitMQ's docs advise against values below ~10 s)
+    net_ticktime_s: int | None = None
 
     def __post_init__(self) -> None:
         self.home = self.home.resolve()
@@ -211,7 +214,8 @@ class RabbitCluster:
             # distribution listener on loopback (Erlang's default is every interface)
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f"+S 1:1 +sbwt none +sbwtdcpu none +sbwtdio none {dist}",
             # rabbitmqctl is a distributed Erlang node too (ports 35672-35682 while it runs)
-            "RABBITMQ_CTL_ERL_ARGS": dist,
+            "RABBITMQ_CTL_ERL_ARGS": dist + ("" if self.net_ticktime_s is None
+                                             else f" -kernel net_ticktime {self.net_ticktime_s}"),
         }
 
     def _write_files(self) -> None:
@@ -222,7 +226,8 @@ class RabbitCluster:
             cookie.chmod(0o400)
         (self.home / "enabled_plugins").write_text("[].\n")
         (self.home / "rabbitmq-env.conf").write_text("")
-        (self.home / "advanced.config").write_text("[].\n")
+        ticktime = "" if self.net_ticktime_s is None else f"{{kernel, [{{net_ticktime, {self.net_ticktime_s}}}]}}"
+        (self.home / "advanced.config").write_text(f"[{ticktime}].\n")
         peers = "\n".join(
             f"cluster_formation.classic_config.nodes.{i} = {self.node_name(p)}"
             for i, p in enumerate(self.amqp_ports, 1)
