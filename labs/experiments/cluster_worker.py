@@ -208,7 +208,7 @@ async def reshard_under_load(
     # The crashed consumer's entry must still be its own when the move is over: a rescuer after 1.5 s idle took
     # it first once, on a loaded machine where the move took that long. 4 s: it is rescued after the move.
     run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate, before_s=before_s,
-                            after_s=after_s, fault=fault, min_idle_ms=RESHARD_MIN_IDLE_MS)
+                            after_s=after_s, fault=fault, tune=lambda s: replace(s, min_idle_ms=RESHARD_MIN_IDLE_MS))
     return replace(run, kind="reshard")
 
 
@@ -217,13 +217,14 @@ Fault = Callable[[ClusterRouter, ShardSet], Any]
 
 async def _under_load(
     topology: ClusterTopology, *, stream: str, ledger: Path, shards: int, rate: float, before_s: float,
-    after_s: float, fault: Fault | None, min_sent: int = 0, **worker: Any,
+    after_s: float, fault: Fault | None, min_sent: int = 0, tune: Callable[[Settings], Settings] = lambda s: s,
 ) -> FaultRun:
+    """The writers and the worker (:func:`worker_settings`, changed by ``tune``) around ``fault``."""
     startup = startup_nodes(topology)
     async with await ClusterRouter.connect(startup) as router:
         shard_set = await ensure_shards(router, stream, shards)
         writers, stop = ShardWriters(router, shard_set, rate=rate), asyncio.Event()
-        async with running(worker_settings(startup, stream, shards, ledger, **worker)):
+        async with running(tune(worker_settings(startup, stream, shards, ledger))):
             writing = asyncio.create_task(writers.run(stop))
             await asyncio.sleep(before_s)
             if min_sent:  # the writers share this loop with the worker: a starved machine sends fewer in before_s
@@ -258,8 +259,8 @@ async def steady_load(
     ``min_sent``: go on past ``seconds`` until that many events were sent (a loaded machine sent 57 of 600).
     """
     run = await _under_load(topology, stream=stream, ledger=ledger, shards=shards, rate=rate, before_s=seconds,
-                            after_s=0.0, fault=None, min_sent=min_sent, parallelism=parallelism,
-                            handler_jitter_ms=handler_jitter_ms)
+                            after_s=0.0, fault=None, min_sent=min_sent,
+                            tune=lambda s: replace(s, parallelism=parallelism, handler_jitter_ms=handler_jitter_ms))
     return replace(run, kind="none")
 
 
