@@ -6,7 +6,8 @@ edition's own, listed changes (the banner, the ``raises-exception`` tags, ``stud
 the first code cell, the guarded clean-up, the prose of ``edition.STUDENT_PROSE``), so putting
 the regions back gives the reference. On a kernel, against real Redis: for each notebook with
 exercises, the kernel runs the student edition's setup cell, then walks each exercise the way a
-student does, blank -> wrong -> right -> the same again -> ``reset`` -> right (``_attempts``).
+student does in JupyterLab, blank -> wrong -> right -> right again -> the preparing cell and right
+(``kernel_support.student_path``: the wrong answers, and the task's numbers the green verdicts carry).
 See ``notebooks/CONVENTIONS.md``. One kernel serves every
 notebook (its namespace reset with ``%reset -f`` before each), so the notebooks' imports (plotly,
 the panels) are paid once, not once per notebook.
@@ -14,7 +15,6 @@ the panels) are paid once, not once per notebook.
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +23,10 @@ from typing import Any
 import nbformat
 import pytest
 from jupyter_client.manager import KernelManager
-from nbclient import NotebookClient
+from kernel_support import KernelCells, student_path
 
 from labs.exercises import edition
-from labs.exercises.notebook import exercises_of, find
+from labs.exercises.notebook import exercises_of
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -173,12 +173,6 @@ def test_each_exercise_has_its_cells_and_each_check_its_exercise(path: Path) -> 
             assert cell.source.count("### BEGIN SOLUTION") == cell.source.count("### END SOLUTION") >= 1
 
 
-def _outputs(cell: Any) -> tuple[list[Any], list[str]]:
-    errors = [o for o in cell.outputs if o.output_type == "error"]
-    html = [o.data["text/html"] for o in cell.outputs if o.output_type == "display_data" and "text/html" in o.data]
-    return errors, html
-
-
 @pytest.fixture(scope="module")
 def kernel() -> Iterator[KernelManager]:
     """One kernel for every notebook's exercises (started in the notebooks' folder, as JupyterLab would)."""
@@ -186,19 +180,6 @@ def kernel() -> Iterator[KernelManager]:
     km.start_kernel(cwd=str(edition.SOURCE_DIR))
     yield km
     km.shutdown_kernel(now=True)
-
-
-def _run(cells: list[Any], km: KernelManager) -> Any:
-    """The cells after ``%reset -f`` (a fresh namespace; imported modules stay), then the clean-up."""
-    nb = nbformat.v4.new_notebook(metadata=read(NOTEBOOKS[0]).metadata)
-    nb.cells = [nbformat.v4.new_code_cell("%reset -f")]
-    nb.cells += [nbformat.v4.new_code_cell(c.source) for c in cells] + [nbformat.v4.new_code_cell(CLEANUP)]
-    client = NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True, km=km)
-    client.execute()
-    if client.kc is not None:
-        client.kc.stop_channels()
-    nb.cells = nb.cells[1:]
-    return nb
 
 
 def _with_exercises() -> Iterator[Path]:
@@ -213,88 +194,26 @@ def _kind(cell: Any) -> str:
     return "blank" if edition.CODE_STUB in cell.source else "prepare"
 
 
-def _defined(source: str) -> set[str]:
-    """The names a cell binds at top level (assignments, defs, imports)."""
-    names: set[str] = set()
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
-            names.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-    return names
-
-
-def _builds_state(source: str) -> bool:
-    """A preparing cell that does more than import (writes to Redis, removes files)."""
-    return any(not isinstance(node, (ast.Import, ast.ImportFrom)) for node in ast.parse(source).body)
-
-
-def _attempts(exercise_id: str, ref: list[Any], stu: list[Any]) -> list[tuple[str, str, str]]:
-    """A student's path through one exercise, as (step, exercise, source) cells, all in one kernel.
-
-    ``blank``: the preparing cell, the blank, the check (fails: the names are missing); ``wrong``:
-    each name the check reads set to ``None`` (fails, and says how to start again); ``right``: the
-    reference solution (passes). Where the preparing cell builds state (an import-only one leaves
-    that to the solution, which starts from scratch itself): ``again``, the same solution a second
-    time, on the state the first one used up (passes, or the check names the way back), and
-    ``reset``: ``reset("NN.K")``, then the solution (passes).
-    """
-    kinds = {_kind(cell): cell.source for cell in stu}
-    solution = next(c.source for c in ref if edition.is_solution(c))
-    check = kinds["check"]
-    prepared = _defined(kinds.get("prepare", ""))
-    wrong = [name for name in find(exercise_id).needs if name not in prepared]  # what the student's cell defines
-    steps = [("blank", kinds[k]) for k in ("prepare", "blank", "check") if k in kinds]
-    if wrong:
-        steps += [("wrong", "\n".join(f"{name} = None" for name in wrong)), ("wrong", check)]
-    steps += [("right", solution), ("right", check)]
-    if _builds_state(kinds.get("prepare", "")):  # an import-only preparing cell: the solution builds its own state
-        steps += [("again", solution), ("again", check)]
-        steps += [("reset", f'reset("{exercise_id}")'), ("reset", solution), ("reset", check)]
-    return [(step, exercise_id, source) for step, source in steps]
-
-
-def _judge(step: str, exercise_id: str, source: str, out: Any) -> None:
-    errors, html = _outputs(out)
-    where = f"{exercise_id} {step}: {source[:60]!r}"
-    if not edition.check_ids(source):
-        if step == "again":  # the solution on a used-up state may fail: a Redis error in one line, then the check
-            redis_errors = [e for e in errors if e.ename in REDIS_ERRORS]  # guides; a Python error is the code's own
-            assert all(len(e.traceback) == 1 for e in redis_errors), f"{where} raised {errors}"
-        else:
-            assert not errors, f"{where} raised {errors}"
-        return
-    if step in ("blank", "wrong"):
-        assert [e.ename for e in errors] == ["CheckFailed"], f"{where}: passed"
-        (line,) = errors[0].traceback  # one line, not a traceback wall
-        assert f"Проверка {exercise_id} не пройдена" in line and "File " not in line
-        assert re.search("[а-яА-Я]{4}", errors[0].evalue)
-        assert any("data-passed='false'" in h and "Подсказка" in h for h in html)
-        if step == "wrong":
-            assert "пока не определен" not in errors[0].evalue, errors[0].evalue
-            assert any("exercise-retry" in h for h in html), f"{where}: no way back to a fresh start"
-    elif step == "again" and errors:
-        assert "exercise-retry" in " ".join(html) and "Новая попытка" in errors[0].evalue, f"{where}: {errors}"
-    else:
-        assert not errors, f"{where}: the reference solution fails its check: {errors}"
-        assert any("data-passed='true'" in h for h in html)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", list(_with_exercises()), ids=lambda p: p.stem)
-def test_every_exercise_goes_blank_wrong_right_and_again_in_one_kernel(
+def test_every_exercise_goes_blank_wrong_right_again_and_prepared_in_one_kernel(
     path: Path, student_dir: Path, redis_url: str, kernel: KernelManager
 ) -> None:
-    """The student edition's setup cell (``student_mode()``), then each exercise's path (see ``_attempts``)."""
-    reference, student = read(path), read(student_dir / path.name)
-    setup = next(c for c in student.cells if c.cell_type == "code")
-    ref_groups, stu_groups = exercise_cells(reference), exercise_cells(student)
-    plan = [cell for exercise_id in ref_groups for cell in _attempts(exercise_id, ref_groups[exercise_id],
-                                                                     stu_groups[exercise_id])]
-    ran = _run([setup] + [nbformat.v4.new_code_cell(source) for _, _, source in plan], kernel)
-    setup_errors, _ = _outputs(ran.cells[0])
-    assert not setup_errors, setup_errors
-    for (step, exercise_id, source), out in zip(plan, ran.cells[1:], strict=False):
-        _judge(step, exercise_id, source, out)
+    """The student edition's setup cell (``student_mode()``), then each exercise the way a student goes through
+    it in JupyterLab (cells sent with their cell ids), in one kernel: blank -> wrong -> right -> right again ->
+    the preparing cell and right (see ``exercise_support.student_path``): the check is red, red, then green
+    three times, with the task's numbers in its words."""
+    student = read(student_dir / path.name)
+    reference = read(path)
+    session = KernelCells(kernel)
+    try:
+        session.run("%reset -f")
+        setup = next(c for c in student.cells if c.cell_type == "code")
+        out = session.run(setup.source, setup.id)
+        assert not out.errors, out.errors
+        ref_groups, stu_groups = exercise_cells(reference), exercise_cells(student)
+        for exercise_id in ref_groups:
+            student_path(session, exercise_id, ref_groups[exercise_id], stu_groups[exercise_id])
+    finally:
+        session.run(CLEANUP)
+        session.close()
