@@ -262,5 +262,20 @@ class RedisProcess(HomeFiles):
         from labs.launcher import ports
 
         port = self.port
-        if port and not poll(lambda: not ports.in_use(port), seconds_left(deadline), POLL_S / 5):
-            raise LauncherError(f"{self.name}: port {port} stayed open after the process died")
+        if not port:
+            return
+        if self.netns is not None:  # the port is the namespace's own: the host's may be anybody's
+            from labs.launcher import netns
+
+            ns = self.netns
+
+            def open_() -> bool:
+                return netns.call_in(ns, lambda: ports.in_use(port))
+        else:
+
+            def open_() -> bool:
+                return ports.in_use(port)
+
+        if not poll(lambda: not open_(), seconds_left(deadline), POLL_S / 5):
+            where = f" in namespace {self.netns}" if self.netns else ""
+            raise LauncherError(f"{self.name}: port {port}{where} stayed open after the process died")

@@ -215,14 +215,24 @@ class Topology:
 
     def stop(self) -> list[int]:
         """Stop every process of this topology by pid (sentinels first); return their pids."""
-        stopped = [pid for proc in [*self.sentinels, *self.servers] if (pid := proc.kill()) is not None]
-        # Processes started on other ports (the env changed since 'up') still have pid files.
-        for pidfile in sorted(self.home.glob("*.pid")) if self.home.exists() else []:
-            orphan = RedisProcess(pidfile.stem, 0, self.home, "")
-            if (pid := orphan.kill()) is not None:
-                stopped.append(pid)
-        if self.fabric is not None:
-            self.fabric.destroy()  # the namespaces, their veths and rules (and anything left running in them)
+        # One process that will not stop must not keep the others running: every one is tried, the
+        # namespaces go last whatever happened, and the first failure is raised after that.
+        stopped: list[int] = []
+        problems: list[LauncherError] = []
+        orphans = [RedisProcess(pidfile.stem, 0, self.home, "") for pidfile in sorted(self.home.glob("*.pid"))
+                   ] if self.home.exists() else []  # started on other ports (the env changed since 'up')
+        try:
+            for proc in [*self.sentinels, *self.servers, *orphans]:
+                try:
+                    if (pid := proc.kill()) is not None:
+                        stopped.append(pid)
+                except LauncherError as exc:
+                    problems.append(exc)
+        finally:
+            if self.fabric is not None:
+                self.fabric.destroy()  # the namespaces, their veths and rules (and anything left running in them)
+        if problems:
+            raise problems[0]
         return stopped
 
     def kill(self, port: int | None = None, sig: int = signal.SIGKILL) -> int | None:
