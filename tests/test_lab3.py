@@ -59,7 +59,12 @@ def test_sqlite_loses_nothing_and_charges_once_in_every_mode(lab: Lab3Report) ->
     sqlite = [r for r in lab.runs.runs if r.strategy == "sqlite"]
     assert {r.variant for r in sqlite} == {"normal", "crash", "failover", "failover+wait", "sigterm"}
     for run in sqlite:
-        assert run.result.confirmed > 100, run.variant
+        # The claim is about what was lost or charged twice, so the run must have carried traffic, not a
+        # speed: failover+wait sends one XADD and one WAIT at a time and confirmed 96 of 98 on a machine 15
+        # times oversubscribed (tests/FLAKES.md). 50 is one second of the lab's 50/s producer.
+        assert run.result.confirmed >= 50, (
+            f"{run.variant}: only {run.result.confirmed} confirmed of {run.result.attempted} attempted "
+            f"(>= 50 needed for the loss count to mean anything)")
         # Without WAIT a kill -9 may drop the last confirmed writes in Redis itself (no worker can
         # charge an entry that is gone); every other loss is the worker's, and there must be none.
         dropped_by_redis = run.result.lost_by_redis if run.variant == "failover" else 0
