@@ -15,11 +15,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labs import polling
 from labs.launcher import broker_registry, reaper
 from labs.launcher.process import STOP_TIMEOUT_S, HomeFiles, Launch, launch, live_pid, signal_and_wait
 
@@ -93,9 +93,7 @@ class BrokerProcess(HomeFiles):
         a restart in that moment would find its own port "in use"."""
         from labs.launcher import ports
 
-        deadline = time.monotonic() + timeout_s
-        while ports.in_use(self.port) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        polling.poll(lambda: not ports.in_use(self.port), timeout_s, poll_s=0.05)
 
 
 def _rss_of(pid: int) -> int:

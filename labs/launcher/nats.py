@@ -30,12 +30,12 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
+from labs import polling
 from labs.launcher import netns, ports
 from labs.launcher.broker_process import BrokerProcess, rss_bytes
 from labs.launcher.errors import LauncherError
@@ -292,26 +292,31 @@ async def ensure_stream(js: JetStreamContext, stream: str, replicas: int = 3) ->
 
 async def wait_stream(urls: list[str], stream: str, timeout_s: float) -> StreamCluster:
     """Poll until JetStream answers, ``stream`` exists with a leader and every replica is current."""
+    state = await polling.poll_value_async(lambda: _stream_state(urls, stream), lambda s: s[0] is not None,
+                                           timeout_s, poll_s=0.3)
+    if state[0] is None:
+        raise LauncherError(f"JetStream stream {stream!r} not ready with 3 replicas in {timeout_s:.0f} s: {state[1]}")
+    return state[0]
+
+
+async def _stream_state(urls: list[str], stream: str) -> tuple[StreamCluster | None, str]:
+    """One look at ``stream`` (made if missing): its cluster when it has a leader and every replica is
+    current, else None and what is missing."""
     import nats
 
-    deadline = time.monotonic() + timeout_s
-    problem = "not checked"
-    while time.monotonic() < deadline:
+    try:
+        nc = await nats.connect(servers=urls, connect_timeout=2, max_reconnect_attempts=1)
         try:
-            nc = await nats.connect(servers=urls, connect_timeout=2, max_reconnect_attempts=1)
-            try:
-                js = nc.jetstream(timeout=3)
-                await js.account_info()
-                await ensure_stream(js, stream)
-                info = await js.stream_info(stream)
-            finally:
-                await nc.close()
-            cluster = info.cluster
-            replicas = cluster.replicas or [] if cluster else []
-            if cluster and cluster.leader and len(replicas) == len(urls) - 1 and all(r.current for r in replicas):
-                return {"leader": cluster.leader, "replicas": [(r.name, r.current) for r in replicas]}
-            problem = f"stream {stream}: leader {cluster.leader if cluster else None}, replicas {replicas}"
-        except Exception as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        await asyncio.sleep(0.3)
-    raise LauncherError(f"JetStream stream {stream!r} not ready with 3 replicas in {timeout_s:.0f} s: {problem}")
+            js = nc.jetstream(timeout=3)
+            await js.account_info()
+            await ensure_stream(js, stream)
+            info = await js.stream_info(stream)
+        finally:
+            await nc.close()
+    except Exception as exc:  # not up yet, no meta leader yet, ...: what the deadline reports
+        return None, f"{type(exc).__name__}: {exc}"
+    cluster = info.cluster
+    replicas = cluster.replicas or [] if cluster else []
+    if cluster and cluster.leader and len(replicas) == len(urls) - 1 and all(r.current for r in replicas):
+        return {"leader": cluster.leader, "replicas": [(r.name, r.current) for r in replicas]}, ""
+    return None, f"stream {stream}: leader {cluster.leader if cluster else None}, replicas {replicas}"

@@ -37,13 +37,13 @@ import secrets
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
+from labs import polling
 from labs.launcher import netns, ports
 from labs.launcher.broker_process import BrokerProcess, rss_bytes
 from labs.launcher.errors import LauncherError
@@ -367,29 +367,34 @@ class RabbitCluster:
         raise LauncherError(f"the leader {leader} of {queue!r} is not one of this cluster's nodes")
 
     def wait_cluster(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        problem = "not checked"
-        while time.monotonic() < deadline:
+        """Poll ``cluster_status`` until every node runs; a :class:`LauncherError` naming the last state."""
+        seen = ["not checked"]
+
+        def formed() -> bool:
             try:
                 running = self.running_nodes()
             except LauncherError as exc:
-                problem = str(exc)
-            else:
-                if len(running) == len(self.nodes):
-                    return
-                problem = f"running nodes {running}"
-            time.sleep(0.5)
-        raise LauncherError(f"the RabbitMQ cluster did not form in {timeout_s:.0f} s: {problem}")
+                seen[0] = str(exc)
+                return False
+            seen[0] = f"running nodes {running}"
+            return len(running) == len(self.nodes)
+
+        polling.wait_until(formed, timeout_s, lambda: f"the RabbitMQ cluster to form ({seen[0]})", poll_s=0.5,
+                           error=LauncherError)
 
     def wait_queue(self, queue: str, timeout_s: float) -> QueueInfo:
-        deadline = time.monotonic() + timeout_s
-        info: QueueInfo | None = None
-        while time.monotonic() < deadline:
-            info = self.queue_info(queue)
+        """Poll ``list_queues`` until ``queue`` has a leader and every node online as a member; its row."""
+        seen: list[QueueInfo | None] = [None]
+
+        def ready() -> QueueInfo | None:
+            info = seen[0] = self.queue_info(queue)
             if info and len(info.get("online") or []) == len(self.nodes) and info.get("leader"):
                 return info
-            time.sleep(0.5)
-        raise LauncherError(f"the quorum queue {queue!r} does not have {len(self.nodes)} online members: {info}")
+            return None
+
+        return polling.wait_until(ready, timeout_s, lambda: f"the quorum queue {queue!r} to have "
+                                  f"{len(self.nodes)} online members (last: {seen[0]})", poll_s=0.5,
+                                  error=LauncherError)
 
     def rss_total_bytes(self) -> int:
         return sum(rss_bytes(n.pid()) for n in self.nodes)
