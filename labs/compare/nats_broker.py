@@ -96,9 +96,11 @@ class NatsBroker:
         futures: list[asyncio.Future[Any] | BaseException] = []
         for event in events:
             try:
+                # no wait_stall: the window is below nats-py's max pending (4000), so the semaphore never
+                # waits, and a timed wait would yield per message (its flusher then writes each one alone:
+                # 685/s instead of 4965/s for windows of 256, measured on 2.15.1)
                 futures.append(await self._js.publish_async(
-                    self._subject(event), event.encode(), wait_stall=self.settings.publish_timeout_s,
-                    headers={"Nats-Msg-Id": event.event_id}))
+                    self._subject(event), event.encode(), headers={"Nats-Msg-Id": event.event_id}))
             except Exception as exc:  # sorted by _outcome_of below
                 futures.append(exc)
         waiting = [f for f in futures if isinstance(f, asyncio.Future)]
