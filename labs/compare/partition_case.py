@@ -42,12 +42,13 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from labs import polling
 from labs.compare.consumer import Charger, consume
 from labs.compare.contract import Broker, Event, Settings
 from labs.compare.producer import ProduceLog, make_events, produce
+from labs.compare.registry import BrokerAddress, make_broker
 from labs.compare.scenarios import Row
 from labs.launcher import netns, redis_copies
 from labs.launcher.partitioned import (
@@ -103,12 +104,9 @@ class PartitionPlan:
 
 
 def _broker(kind: str, address: Address, queue: str, settings: Settings) -> Broker:
-    """The comparison's adapter for the row ``kind`` (labs.compare's registry)."""
-    try:
-        from labs.compare.registry import make_broker  # type: ignore[attr-defined,unused-ignore]  # the new registry
-    except ImportError:  # the registry not there yet: the sites module made adapters before it
-        from labs.compare.sites import make_broker  # type: ignore[attr-defined,no-redef,unused-ignore]
-    return make_broker(kind, address, queue, settings)  # type: ignore[arg-type,unused-ignore]  # Address is its JSON
+    """The comparison's adapter for the row ``kind`` (:func:`labs.compare.registry.make_broker`); the
+    launcher's address is its JSON (``sentinels`` or ``urls``, and how the cluster was set up)."""
+    return make_broker(kind, cast(BrokerAddress, address), queue, settings)
 
 
 async def _touch(kind: str, address: Address, queue: str, settings: Settings) -> None:
