@@ -141,3 +141,14 @@ def test_a_saved_cluster_state_from_other_addresses_is_recognised(tmp_path: Path
         "vars currentEpoch 2 lastVoteEpoch 0\n"
     )
     assert _saved_hosts(proc) == {"127.0.0.1"}
+
+
+def test_call_in_runs_in_the_namespace_and_accepts_sees_what_listens_there(
+        fabric: netns.Fabric, server_in_b: RedisProcess) -> None:
+    here = os.readlink("/proc/thread-self/ns/net")
+    inside = netns.call_in(fabric.member("a").ns, lambda: os.readlink("/proc/thread-self/ns/net"))
+    assert inside != here and os.readlink("/proc/thread-self/ns/net") == here  # the caller's thread never moved
+    assert netns.accepts(fabric.member("a").ns, server_in_b.host, server_in_b.port)
+    assert not netns.accepts(fabric.member("a").ns, server_in_b.host, server_in_b.port + 1)
+    with pytest.raises(ZeroDivisionError):  # the function's error reaches the caller
+        netns.call_in(fabric.member("a").ns, lambda: 1 // 0)
