@@ -15,15 +15,17 @@ environment but never see fixtures) start their topologies beside any running la
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import leak_support
+import pluggy
 import pytest
 import redis
 from monitoring_support import MonitoredStack
@@ -67,7 +69,7 @@ def _free_ports_into_env() -> None:
 
 def _docker_redis() -> tuple[str | None, str]:
     try:
-        import docker  # type: ignore[import-untyped]
+        docker = importlib.import_module("docker")  # optional, and without type stubs
 
         docker.from_env().ping()
     except Exception as exc:  # no daemon, no socket, no client: all mean "no Docker"
@@ -159,10 +161,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     """LAB_REQUIRE (tests/require_support.py): a skip of a required area becomes a failure."""
     outcome = yield
-    fail_required_skip(outcome.get_result(), required_areas())  # type: ignore[attr-defined]
+    fail_required_skip(outcome.get_result(), required_areas())
 
 
 def pytest_report_header() -> str:
