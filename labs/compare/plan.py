@@ -75,5 +75,6 @@ def load_cases(rows: list[Row], broker: str, *, seconds: float) -> list[Case]:
     for share in LOAD_SHARES:
         rate = max(5.0, round(top * share))
         window = max(1, round(rate / 50))  # a window every 20 ms
-        out.append(Case(f"load-{round(share * 100)}%", max(20, round(rate * seconds)), rate_per_s=rate, window=window))
+        name = f"load-{round(share * 100)}pct"  # a queue's name too: RabbitMQ refuses a '%' in it
+        out.append(Case(name, max(20, round(rate * seconds)), rate_per_s=rate, window=window))
     return out

@@ -104,6 +104,8 @@ class RabbitBroker:
 
     async def publish_window(self, events: Sequence[Event]) -> list[Outcome]:
         """Every event published at once on the confirm channel, their confirms gathered."""
+        if not events:
+            return []
         if self._channel is None or self._channel.is_closed:
             try:
                 await self.close()
@@ -112,17 +114,21 @@ class RabbitBroker:
                 self._channel = None
                 return [Outcome.UNKNOWN] * len(events)
         channel = self._channel
-        results = await asyncio.gather(*(self._publish_on(channel, e) for e in events))
+        tasks = [asyncio.ensure_future(self._publish_on(channel, e)) for e in events]
+        # one deadline for the window, not a timed wait per publish (each would yield on its own)
+        done, late = await asyncio.wait(tasks, timeout=self.settings.publish_timeout_s)
+        for task in late:
+            task.cancel()
+        results = [t.result() if t in done and not t.cancelled() else Outcome.UNKNOWN for t in tasks]
         if any(r is not Outcome.CONFIRMED for r in results):
             self._channel = None  # a nack or a broken channel: the next window opens a new one (see publish)
-        return list(results)
+        return results
 
     async def _publish_on(self, channel: Any, event: Event) -> Outcome:
         message = aio_pika.Message(event.encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                                    message_id=event.event_id)
         try:
-            await channel.default_exchange.publish(message, routing_key=self.queue,
-                                                   timeout=self.settings.publish_timeout_s)
+            await channel.default_exchange.publish(message, routing_key=self.queue)
             return Outcome.CONFIRMED
         except aiormq.exceptions.DeliveryError:
             return Outcome.REFUSED
