@@ -23,15 +23,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.typing import EncodableT
 
 from labs.launcher.flavours import server_version
+from labs.launcher.process import command
 
 FIXED_APPROX_ACKED = (8, 2, 7)  # the first release whose MAXLEN ~ ... ACKED trims at all
 
 
-def _command(client: redis.Redis, *args: Any) -> Any:
+def _command(client: redis.Redis, *args: EncodableT) -> Any:  # the reply, as Redis sent it
     """One raw command: redis-py 8.1 has no typed methods for the 8.2 options."""
-    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+    return command(client, *args)
 
 
 def supports_acked(client: redis.Redis) -> bool:
@@ -123,7 +125,8 @@ def trim_with_slow_group(
 ) -> list[TrimRun]:
     """The same backlog trimmed three ways: ``MAXLEN =`` (7.0's), ``MAXLEN = ... ACKED``, ``MAXLEN ~ ... ACKED``."""
     runs = []
-    for how in (["=", maxlen], ["=", maxlen, "ACKED"], ["~", maxlen, "ACKED"]):
+    hows: list[list[EncodableT]] = [["=", maxlen], ["=", maxlen, "ACKED"], ["~", maxlen, "ACKED"]]
+    for how in hows:
         ids = _behind(client, stream, entries, slow_read)
         deleted = int(_command(client, "XTRIM", stream, "MAXLEN", *how))
         left = {str(msg_id) for msg_id, _ in client.xrange(stream) or []}

@@ -28,7 +28,7 @@ import redis.asyncio as aioredis
 from labs.experiments import ceiling, worker_runs
 from labs.experiments.worker_procs import produce_backlog
 from labs.polling import poll_async
-from solutions.connection import PackingConnection
+from solutions.connection import PackingConnection, execute
 from solutions.handler import BillingHandler, Failures, Slot
 from solutions.ledger import Charges
 from solutions.messages import OrderEvent
@@ -43,7 +43,7 @@ async def raw_and_dict(url: str, stream: str) -> tuple[Entry, dict[bytes, bytes]
     async with aioredis.Redis.from_url(url) as client:
         await client.xgroup_create(stream, "billing", id="0", mkstream=True)
         fields = ("order_id", "o-1", "amount", "1.50", "note", "a", "note", "b")  # XADD takes a field twice
-        await client.execute_command("XADD", stream, "*", *fields)  # type: ignore[no-untyped-call]
+        await execute(client, "XADD", stream, "*", *fields)
         (entry,) = await xreadgroup_entries(client, settings, NEW, None)
         rows: Any = await client.xrange(stream)
     return entry, rows[0][1]

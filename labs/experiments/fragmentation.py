@@ -31,6 +31,7 @@ from typing import Any
 import redis
 import yaml
 
+from labs.launcher.process import command
 from labs.launcher.promtool import promtool
 from labs.launcher.rule_scale import MONITORING_DIR
 from labs.polling import poll
@@ -182,7 +183,7 @@ def delete_all(client: redis.Redis, *, keys: int, prefix: str = "frag:") -> Memo
 def purge(client: redis.Redis) -> MemoryView:
     """``MEMORY PURGE`` (jemalloc: give back the pages no live value uses), then the view."""
     before = MemoryView.settled(client)
-    client.execute_command("MEMORY", "PURGE")  # type: ignore[no-untyped-call]
+    command(client, "MEMORY", "PURGE")
     return MemoryView.next_sample(client, before)
 
 
@@ -211,7 +212,7 @@ def try_activedefrag(client: redis.Redis, *, wait_s: float = DEFRAG_WAIT_S) -> D
 
 def doctor(client: redis.Redis) -> str:
     """``MEMORY DOCTOR``'s report (text)."""
-    reply = client.execute_command("MEMORY", "DOCTOR")  # type: ignore[no-untyped-call]
+    reply = command(client, "MEMORY", "DOCTOR")
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 

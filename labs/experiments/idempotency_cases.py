@@ -27,7 +27,7 @@ import redis
 from labs import replies
 from labs.experiments.read_loop import GROUP, fresh_group
 from labs.launcher import ports
-from labs.launcher.process import RedisProcess
+from labs.launcher.process import RedisProcess, command
 from labs.polling import wait_until
 
 
@@ -197,9 +197,9 @@ def marker_lost_in_failover(pair: Pair, stream: str, timeout_s: float = 10.0) ->
         fresh_group(old, stream)
         add_event(old, stream, "evt-1")
         msg_id, fields = read_one(old, stream, "host-1")
-        if int(old.execute_command("WAIT", 1, int(timeout_s * 1000))) != 1:  # type: ignore[no-untyped-call]
+        if int(command(old, "WAIT", 1, int(timeout_s * 1000))) != 1:
             raise RuntimeError("the replica did not confirm the delivery")
-        new.execute_command("REPLICAOF", "NO", "ONE")  # type: ignore[no-untyped-call]
+        command(new, "REPLICAOF", "NO", "ONE")
         CourseMarker(old, effects, ttl_ms=60_000).handle(stream, msg_id, fields)
         old.xack(stream, GROUP, msg_id)  # on the old master, which the failover leaves behind
         msg_id, fields = redeliver(new, stream, msg_id, "host-2")

@@ -29,6 +29,8 @@ from typing import Any
 import redis
 from redis.typing import EncodableT, FieldT
 
+from labs.launcher.process import command
+
 log = logging.getLogger(__name__)
 
 FIELDS: dict[FieldT, EncodableT] = {"type": "order.paid", "order_id": "o-42", "amount": "1234.50"}
@@ -144,7 +146,7 @@ def maxlen_zero_lengths(client: redis.Redis, stream: str, *, entries: int, calls
         lengths = [int(client.xlen(stream))]
         for _ in range(calls):
             if raw:
-                client.execute_command("XADD", stream, "MAXLEN", "0", "*", "i", "x")  # type: ignore[no-untyped-call]
+                command(client, "XADD", stream, "MAXLEN", "0", "*", "i", "x")
             else:
                 client.xadd(stream, {"i": "x"}, maxlen=0)  # reads as "no limit" to a Go programmer
             lengths.append(int(client.xlen(stream)))

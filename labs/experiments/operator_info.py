@@ -15,6 +15,8 @@ from typing import Any
 
 import redis
 
+from labs.launcher.process import command
+
 # (INFO section, field, exporter metric, what it tells the operator: in Russian, the notebook shows it as is)
 FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("memory", "used_memory", "redis_memory_used_bytes",
@@ -90,5 +92,5 @@ def stall(client: redis.Redis, stall_ms: int, *, latency_threshold_ms: int = 100
     started = time.perf_counter()
     client.eval(STALL_SCRIPT, 0, stall_ms * 1000)
     measured_ms = (time.perf_counter() - started) * 1000
-    latest = client.execute_command("LATENCY", "LATEST")  # type: ignore[no-untyped-call]
+    latest = command(client, "LATENCY", "LATEST")
     return Stall(measured_ms, list(latest), list(client.slowlog_get(5)))

@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis.typing import EncodableT
 
 from labs.launcher.errors import LauncherError
 from labs.polling import poll, seconds_left
@@ -165,9 +166,17 @@ def log_tail(path: Path, lines: int = 8) -> str:
     return " | ".join(line.strip() for line in text if line.strip()) or "(empty log)"
 
 
-def command(client: redis.Redis, *args: str) -> Any:
-    """Run a raw command (``SENTINEL ...``) that redis-py has no typed method for."""
-    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+class SyncCommands(Protocol):
+    """Whatever sends a command with ``execute_command`` synchronously (a ``redis.Redis``, a node of a
+    cluster), typed here: redis-py leaves ``execute_command`` unannotated. The reply is whatever Redis
+    sent (RESP), so ``Any`` until the caller reads it (the sync twin of ``solutions.connection.Commands``)."""
+
+    def execute_command(self, *args: EncodableT, **options: Any) -> Any: ...
+
+
+def command(client: SyncCommands, *args: EncodableT) -> Any:
+    """Run a raw command (``SENTINEL ...``) that redis-py has no typed method for; the reply as Redis sent it."""
+    return client.execute_command(*args)
 
 
 class HomeFiles:
