@@ -82,7 +82,8 @@ def test_stops_by_itself_and_redraws_the_whole_history(endpoint: Endpoint, monke
     board = MetricsDashboard(endpoint.url, refresh_s=0.05, max_duration_s=0.6).start()
     assert board.wait_for(lambda ss: len(ss) >= 5)
     assert len(board.figure.trace("processed").x) <= 3  # live: only the last few points
-    board._thread.join(5)  # type: ignore[union-attr]
+    assert board._thread is not None
+    board._thread.join(5)
     assert not board.running and board.stop_reason == "max_duration_s=0.6"
     samples = board.samples
     assert list(board.figure.trace("processed").x) == [s.t_s for s in samples]  # at the end: all of them
@@ -101,7 +102,8 @@ def test_stops_by_itself_once_the_worker_is_idle(endpoint: Endpoint) -> None:
     assert board.wait_stopped(5)
     assert board.stop_reason == "idle_stop_s=0.3"
     assert "прогон закончен" in board.figure.status.value
-    assert board.samples[-1].worker.processed == 3  # type: ignore[union-attr]
+    worker = board.samples[-1].worker
+    assert worker is not None and worker.processed == 3
 
 
 def test_an_unreachable_worker_is_shown_not_fatal() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,19 +33,18 @@ FAILED_AND_BACK = [  # 3-0 fails in billing-1, is reclaimed by billing-3 and fai
 ]
 
 
-def record(**changes: object) -> CellRecord:
+def record(**changes: Any) -> CellRecord:  # CellRecord's fields, by name
     sends = [Send(f"e{i}", f"{i}-0", 100.0 + i, "unknown" if i == 3 else "confirmed") for i in range(1, 7)]
     charges = [ChargeRow(e, f"{e[1]}-0", "billing-1", 101.0 + i) for i, e in enumerate(["e1", "e2", "e2", "e3", "e6"])]
-    values: dict[str, object] = {
-        "sends": sends, "charges": charges, "dlq_events": ["e5"],
-        "stream_entries": {"e1": ["1-0"], "e2": ["2-0"], "e3": ["3-0"], "e5": ["5-0"], "e6": ["6-0"]},
-        "pending_end": 0, "pending_end_by_consumer": {}, "lag_end": 0,
-        "samples": [Sample(100.0 + i, 2, 0) for i in range(20)], "pels": FAILED_AND_BACK,
-        "exits": [{"consumer": "billing-2", "code": 0, "signal": "SIGTERM", "drain_logged": True}],
-        "t0": 100.0, "produce_end": 110.0, "stall_ms": STALL_MS,
-    }
-    values.update(changes)
-    return CellRecord(**values)  # type: ignore[arg-type]
+    base = CellRecord(
+        sends=sends, charges=charges, dlq_events=["e5"],
+        stream_entries={"e1": ["1-0"], "e2": ["2-0"], "e3": ["3-0"], "e5": ["5-0"], "e6": ["6-0"]},
+        pending_end=0, pending_end_by_consumer={}, lag_end=0,
+        samples=[Sample(100.0 + i, 2, 0) for i in range(20)], pels=FAILED_AND_BACK,
+        exits=[{"consumer": "billing-2", "code": 0, "signal": "SIGTERM", "drain_logged": True}],
+        t0=100.0, produce_end=110.0, stall_ms=STALL_MS,
+    )
+    return dataclasses.replace(base, **changes)
 
 
 def run(variant: str, strategy: str, rec: CellRecord | None = None, worker: str = "") -> Run:

@@ -20,7 +20,9 @@ def _pyproject_pins() -> dict[str, str]:
         reqs += extra
     pins = {}
     for req in reqs:
-        name, version = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^\]]+\])?==(\S+)", req).groups()  # type: ignore[union-attr]
+        pinned = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^\]]+\])?==(\S+)", req)
+        assert pinned is not None, f"{req!r} is not pinned with =="
+        name, version = pinned.groups()
         pins[name.lower()] = version
     return pins
 

@@ -6,6 +6,7 @@ import contextlib
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -14,7 +15,7 @@ from labs.launcher import flavours
 from labs.launcher.prom_config import LUA_SOURCE, ExporterTarget, collect_script, prometheus_config
 
 
-def _config(tmp_path: Path) -> dict:  # type: ignore[type-arg]
+def _config(tmp_path: Path) -> dict[str, Any]:  # Prometheus's config: JSON of any shape
     text = prometheus_config(
         prometheus_port=9390,
         exporters=[ExporterTarget(9393, "sentinel", 6392, False), ExporterTarget(9395, "sentinel", 26390, True)],

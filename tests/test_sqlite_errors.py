@@ -56,8 +56,8 @@ def test_an_extended_code_counts_by_its_primary_code() -> None:
     """``SQLITE_IOERR_WRITE`` is 778 = 10 | 3 << 8: an I/O error (tests/test_store_outage.py
     makes a real one with a file-size limit)."""
     error = sqlite3.OperationalError("disk I/O error")
-    error.sqlite_errorcode = 778  # type: ignore[attr-defined]  # set as SQLite would
-    error.sqlite_errorname = "SQLITE_IOERR_WRITE"  # type: ignore[attr-defined]  # set as SQLite would
+    error.sqlite_errorcode = 778  # set as SQLite would (typeshed knows both attributes)
+    error.sqlite_errorname = "SQLITE_IOERR_WRITE"
     assert fault_of(error) is Fault.IO_ERROR
     unavailable = LedgerUnavailable(Fault.IO_ERROR, error, reopened=True)
     assert str(unavailable) == "I/O error: disk I/O error (SQLITE_IOERR_WRITE)"
