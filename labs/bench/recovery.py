@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import redis
-from redis.asyncio.sentinel import Sentinel
 
 from labs.experiments.ceiling import order_fields
 from labs.experiments.worker_runs import bench_settings
+from labs.launcher.sentinel import async_master_client
 from labs.launcher.topology import MASTER_NAME, SentinelTopology
 from labs.polling import wait_until_async
 from solutions.worker import Worker
@@ -38,11 +38,8 @@ class Recovery:
 
 
 def _sentinel_client(topo: SentinelTopology) -> redis.asyncio.Redis:
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        [("127.0.0.1", s.port) for s in topo.sentinels], socket_timeout=0.5, socket_connect_timeout=0.5
-    )
-    client: redis.asyncio.Redis = sentinel.master_for(MASTER_NAME, socket_timeout=0.5, socket_connect_timeout=0.5)
-    return client
+    sentinels = [("127.0.0.1", s.port) for s in topo.sentinels]
+    return async_master_client(sentinels, MASTER_NAME, socket_timeout=0.5, socket_connect_timeout=0.5)
 
 
 async def _load(topo: SentinelTopology, stream: str, stop: asyncio.Event) -> None:

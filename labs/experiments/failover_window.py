@@ -53,12 +53,11 @@ from dataclasses import dataclass, field
 
 import redis
 import redis.asyncio as aioredis
-from redis.asyncio.sentinel import Sentinel
 
 from labs.experiments import sentinel_log
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import command
-from labs.launcher.sentinel import MASTER_NAME, ask_failover, pairs
+from labs.launcher.sentinel import MASTER_NAME, ask_failover, async_master_client, pairs
 from labs.launcher.topology import Address, Topology
 from labs.polling import poll_value_async
 from solutions.cancelling import cancel_and_wait
@@ -179,9 +178,7 @@ def _wait_s(sights: dict[int, dict[str, float]], window: GracefulWindow) -> floa
 
 def plain_client(sentinels: tuple[Address, ...]) -> aioredis.Redis:
     """``Sentinel(...).master_for(MASTER_NAME)``: redis-py's client of the master, nothing added."""
-    sentinel = Sentinel(list(sentinels), socket_timeout=SOCKET_TIMEOUT_S)  # type: ignore[no-untyped-call]
-    client: aioredis.Redis = sentinel.master_for(MASTER_NAME, socket_timeout=SOCKET_TIMEOUT_S)
-    return client
+    return async_master_client(sentinels, MASTER_NAME, socket_timeout=SOCKET_TIMEOUT_S)
 
 
 @dataclass

@@ -30,18 +30,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import plotly.graph_objects as go
 import redis
 from plotly.subplots import make_subplots
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel
 
 from labs.experiments.partition_writes import CHART_WORDS, Writer, WriterResult, add_acked_traces, result, wait_for
 from labs.launcher import netns, sentinel, topologies
 from labs.launcher.process import RedisProcess
-from labs.launcher.sentinel import MASTER_NAME
+from labs.launcher.sentinel import MASTER_NAME, Timeouts, master_client
 from labs.launcher.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -102,12 +102,8 @@ def _plain(host: str, port: int) -> redis.Redis:
 
 
 def _through_sentinels(sentinels: Sequence[tuple[str, int]]) -> redis.Redis:
-    kwargs = {"socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": SOCKET_TIMEOUT_S}
-    watchers = Sentinel(list(sentinels), sentinel_kwargs=kwargs)  # type: ignore[no-untyped-call]
-    client: redis.Redis = watchers.master_for(  # type: ignore[no-untyped-call]
-        MASTER_NAME, retry=Retry(NoBackoff(), 0), **kwargs
-    )
-    return client
+    timeouts = Timeouts(socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S)
+    return master_client(sentinels, MASTER_NAME, sentinel_kwargs=timeouts, retry=Retry(NoBackoff(), 0), **timeouts)
 
 
 def run_guard(
@@ -187,13 +183,22 @@ def caught_up(master: RedisProcess, replica: RedisProcess) -> bool:
             return False
 
 
-def run_guards(run_dir: Path, guards: Sequence[Guard] = GUARDS, **kwargs: float) -> list[SplitBrainRun]:
+class RunOptions(TypedDict, total=False):
+    """:func:`run_guard`'s timings, passed on by :func:`run_guards`."""
+
+    down_after_ms: int
+    partition_s: float
+    interval_ms: int
+    wait_ms: int
+
+
+def run_guards(run_dir: Path, guards: Sequence[Guard] = GUARDS, **kwargs: Unpack[RunOptions]) -> list[SplitBrainRun]:
     """:func:`run_guard` for each guard at once, each topology in namespaces of its own; the unguarded one adds WAIT."""
     netns.require()
     with ThreadPoolExecutor(max_workers=len(guards)) as pool:
         futures = [
             pool.submit(run_guard, Path(run_dir) / f"guard{i}", guard, with_wait=guard.min_replicas == 0,
-                        **kwargs)  # type: ignore[arg-type]
+                        **kwargs)
             for i, guard in enumerate(guards)
         ]
         return [f.result() for f in futures]

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.sentinel import Sentinel
 
 from labs.lab3.deliveries import PelEntry
+from labs.launcher import sentinel
+from labs.launcher.sentinel import Timeouts
 
 SOCKET_TIMEOUT_S = 1.0
 PAGE = 1000
@@ -33,15 +34,8 @@ class GroupState:
 
 def master_client(sentinels: Sequence[tuple[str, int]], master_name: str) -> redis.Redis:
     """A client of the current master (asked of the sentinels on every new connection)."""
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        list(sentinels),
-        socket_timeout=SOCKET_TIMEOUT_S,
-        sentinel_kwargs={"socket_timeout": SOCKET_TIMEOUT_S, "socket_connect_timeout": SOCKET_TIMEOUT_S},
-    )
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        master_name, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S, decode_responses=True
-    )
-    return client
+    timeouts = Timeouts(socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S)
+    return sentinel.master_client(sentinels, master_name, sentinel_kwargs=timeouts, decode_responses=True, **timeouts)
 
 
 def group_state(client: redis.Redis, stream: str, group: str) -> GroupState | None:

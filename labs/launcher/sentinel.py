@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypedDict, Unpack
 
 import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
+from redis.retry import Retry
 
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import POLL_S, RedisProcess, command
@@ -19,6 +24,46 @@ from labs.polling import poll, poll_value, seconds_left, wait_until
 MASTER_NAME = "mymaster"
 QUORUM = 2
 Address = tuple[str, int]
+
+
+class Timeouts(TypedDict, total=False):
+    """The socket keywords of a redis-py connection (seconds)."""
+
+    socket_timeout: float
+    socket_connect_timeout: float
+
+
+class ClientOptions(Timeouts, total=False):
+    """The keywords the labs give a sync client of the master (redis-py's connection keywords)."""
+
+    decode_responses: bool
+    retry: Retry
+
+
+def master_client(
+    sentinels: Sequence[Address],
+    master_name: str = MASTER_NAME,
+    *,
+    sentinel_kwargs: Timeouts | None = None,
+    **options: Unpack[ClientOptions],
+) -> redis.Redis:
+    """``Sentinel(sentinels, sentinel_kwargs=..., **options).master_for(master_name)``: a client of the current
+    master, asked of the sentinels on every new connection. Without ``sentinel_kwargs`` the sentinels get the
+    ``socket_*`` options (redis-py's rule). Typed here: redis-py leaves both calls unannotated."""
+    make: Callable[..., redis.sentinel.Sentinel] = redis.sentinel.Sentinel
+    watchers = make(list(sentinels), sentinel_kwargs=sentinel_kwargs, **options)
+    master_for: Callable[[str], redis.Redis] = watchers.master_for
+    return master_for(master_name)
+
+
+def async_master_client(
+    sentinels: Sequence[Address], master_name: str = MASTER_NAME, **options: Unpack[Timeouts]
+) -> redis.asyncio.Redis:
+    """:func:`master_client` for ``redis.asyncio`` (the sentinels get the same timeouts)."""
+    make: Callable[..., redis.asyncio.sentinel.Sentinel] = redis.asyncio.sentinel.Sentinel
+    watchers = make(list(sentinels), **options)
+    master_for: Callable[[str], redis.asyncio.Redis] = watchers.master_for
+    return master_for(master_name)
 
 
 def sentinel_views(sentinels: Sequence[RedisProcess]) -> list[Address | None]:
