@@ -9,13 +9,17 @@ so the checker can print each distinct error once, with the command that raised 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import redis
+from redis.typing import EncodableT
 
 SHOWN_ARGS = 8
 ARG_CHARS = 40
 
 
-def command_text(args: tuple[object, ...]) -> str:
+def command_text(args: tuple[EncodableT, ...]) -> str:
     """``XPENDING key group IDLE 200.0 ...``: the command and its first arguments, shortened."""
     parts = [a.decode(errors="replace") if isinstance(a, bytes) else str(a) for a in args[: SHOWN_ARGS + 1]]
     text = " ".join(p if len(p) <= ARG_CHARS else p[: ARG_CHARS - 3] + "..." for p in parts)
@@ -25,9 +29,10 @@ def command_text(args: tuple[object, ...]) -> str:
 class NamingRedis(redis.Redis):
     """``redis.Redis`` that notes ``from <command ...>`` on every Redis error it raises."""
 
-    def execute_command(self, *args: object, **options: object) -> object:
+    def execute_command(self, *args: EncodableT, **options: Any) -> Any:  # redis-py's options; the reply as sent
+        send: Callable[..., Any] = super().execute_command  # redis-py leaves execute_command unannotated
         try:
-            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            return send(*args, **options)
         except redis.RedisError as exc:
             exc.add_note(f"from {command_text(args)}")
             raise

@@ -18,7 +18,7 @@ from labs.launcher.rule_scale import MONITORING_DIR
 from labs.launcher.topology import TOPOLOGIES
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mon = sub.add_parser("monitoring", help="exporters and Prometheus for the running topologies")
     mon.add_argument("action", choices=("up", "down", "status", "rules"), help="rules: promtool, both scales")
     mon.add_argument("--topology", choices=TOPOLOGIES, action="append", help="watch only this topology (repeatable)")
