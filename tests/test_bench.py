@@ -74,7 +74,9 @@ def _check_process_rows(rows: list[dict[str, object]], stdout: str) -> None:
             row = process[f"billing-worker process, --dedupe {dedupe}, --count 100 --parallelism 100, "
                           f"--handler-delay-ms 0 · {shape}"]
             assert row["target"] == f"≥ {target}× raw" and isinstance(row["met"], bool)
-            assert row["ratio_q1"] <= row["ratio"] <= row["ratio_q3"]  # type: ignore[operator]
+            q1, ratio, q3 = row["ratio_q1"], row["ratio"], row["ratio_q3"]
+            assert isinstance(q1, float) and isinstance(ratio, float) and isinstance(q3, float), row
+            assert q1 <= ratio <= q3, row
             assert f"{row['name']}: " in stdout
     defaults = [name for name in process if "defaults (--count 16 --parallelism 8)" in name]
     assert len(defaults) == 2 and all(name.endswith("· four fields") for name in defaults)

@@ -13,6 +13,7 @@ from billing_support import command_calls
 from labs.experiments.cluster_worker import startup_nodes
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.cluster_state import masters, owner
+from labs.launcher.process import command
 from labs.launcher.reshard import begin_migration, finish_migration, migrate_keys, move_slot
 from solutions.cluster_router import ClusterRouter
 from solutions.shards import shard_name, slot_of
@@ -51,7 +52,7 @@ def test_stream_moves_with_group_and_pel_and_the_router_follows_moved(cluster: C
         assert pending["pending"] == 5 and pending["consumers"] == [{"name": "c1", "pending": 5}]
         assert new_owner.xinfo_groups(name)[0]["last-delivered-id"] == ids[-1]
     with redis.Redis(port=source) as old_owner:
-        assert old_owner.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot_of(name)) == 0  # type: ignore[no-untyped-call]
+        assert command(old_owner, "CLUSTER", "COUNTKEYSINSLOT", slot_of(name)) == 0
 
     async def after_move() -> tuple[int, int, tuple[str, int] | None]:
         async with await ClusterRouter.connect([("127.0.0.1", source)]) as router:

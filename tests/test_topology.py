@@ -11,7 +11,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -19,7 +18,7 @@ from billing_support import wait_until
 
 from labs.launcher import topologies
 from labs.launcher.errors import LauncherError
-from labs.launcher.process import pid_alive
+from labs.launcher.process import command, pid_alive
 from labs.launcher.sentinel import pairs
 from labs.launcher.topology import Topology
 
@@ -136,7 +135,7 @@ def test_a_graceful_failover_right_after_the_replica_was_cut_off_still_happens(s
             contextlib.closing(sentinel_topology.sentinels[0].client()) as first,
             pytest.raises(redis.ResponseError, match="NOGOODSLAVE"),  # the state the retries are for
         ):
-            first.execute_command("SENTINEL", "FAILOVER", "mymaster")  # type: ignore[no-untyped-call]
+            command(first, "SENTINEL", "FAILOVER", "mymaster")
     finally:
         os.kill(pid, signal.SIGCONT)
     result = sentinel_topology.failover(hard=False, restart_old=False, timeout_s=40)
@@ -145,7 +144,7 @@ def test_a_graceful_failover_right_after_the_replica_was_cut_off_still_happens(s
 
 def _replica_flags(topo: Topology) -> str:
     with contextlib.closing(topo.sentinels[0].client()) as client:
-        replicas: Any = client.execute_command("SENTINEL", "REPLICAS", "mymaster")  # type: ignore[no-untyped-call]
+        replicas = command(client, "SENTINEL", "REPLICAS", "mymaster")
     return " ".join(str(pairs(r).get("flags", "")) for r in replicas)
 
 
