@@ -124,7 +124,7 @@ class Worker:
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args
         sentinels = [(h, int(p)) for h, p in (s.rsplit(":", 1) for s in args.sentinel)]
-        self.redis = Sentinel(sentinels, socket_timeout=1.0).master_for(  # type: ignore[no-untyped-call]
+        self.redis = Sentinel(sentinels, socket_timeout=1.0).master_for(  # type: ignore[no-untyped-call]  # redis-py: unannotated
             args.master_name, socket_timeout=args.block_ms / 1000 + 3, decode_responses=True)
         self.dead_letter_script = self.redis.register_script(DEAD_LETTER_LUA)
         Path(args.ledger).parent.mkdir(parents=True, exist_ok=True)
