@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from redis.exceptions import RedisError
+from redis.typing import EncodableT, FieldT
 
 from solutions.cluster_router import ClusterRouter
 from solutions.ledger import read_rows
@@ -73,7 +74,7 @@ def seq_of(event_id: str) -> int:
     return int(event_id.rsplit("-", 1)[1])
 
 
-def event(order_id: str, event_id: str) -> dict[str, str]:
+def event(order_id: str, event_id: str) -> dict[FieldT, EncodableT]:  # XADD's fields, as redis-py types them
     cents = random.randint(100, 99_999)
     return {"type": "order.paid", "order_id": order_id, "amount": f"{cents // 100}.{cents % 100:02d}",
             "event_id": event_id}
@@ -118,7 +119,7 @@ class ShardWriters:
             order_id, event_id = item
             while True:  # the same event_id again after a failure: the worker's dedupe makes that safe
                 try:
-                    raw = await client.xadd(name, event(order_id, event_id))  # type: ignore[arg-type]
+                    raw = await client.xadd(name, event(order_id, event_id))
                 except RedisError as exc:
                     self.failures += 1
                     log.debug("XADD to %s failed, sending %s again: %r", name, event_id, exc)
@@ -137,7 +138,7 @@ async def fill(router: ClusterRouter, shards: ShardSet, per_shard: int, *, prefi
         orders = [f"order-{k}" for k in range(64 * n) if shard_of(f"order-{k}", n) == index]
         async with router.client(name).pipeline(transaction=False) as pipe:
             for k in range(per_shard):
-                pipe.xadd(name, event(orders[k % len(orders)], f"{prefix}-{index}-{k}"))  # type: ignore[arg-type]
+                pipe.xadd(name, event(orders[k % len(orders)], f"{prefix}-{index}-{k}"))
             total += len(await pipe.execute())
     return total
 

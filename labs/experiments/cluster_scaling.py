@@ -122,10 +122,10 @@ async def resplit(topology: ClusterTopology, *, stream: str, ledger: Path, n: in
         old, new = shards.names[shard_of(order_id, n)], shards.names[shard_of(order_id, n + 1)]
         async with router.client(old).pipeline(transaction=False) as pipe:
             for k in range(backlog):
-                pipe.xadd(old, event(f"order-b{k}", f"b-{k}"))  # type: ignore[arg-type]
-            pipe.xadd(old, event(order_id, "x-1"))  # type: ignore[arg-type]
+                pipe.xadd(old, event(f"order-b{k}", f"b-{k}"))
+            pipe.xadd(old, event(order_id, "x-1"))
             await pipe.execute()
-        await router.client(new).xadd(new, event(order_id, "x-2"))  # type: ignore[arg-type]
+        await router.client(new).xadd(new, event(order_id, "x-2"))
         settings = worker_settings(startup, stream, n + 1, ledger, parallelism=4)
         async with running(settings):
             charges = await wait_charged(ledger, {"x-1", "x-2"}, 30)

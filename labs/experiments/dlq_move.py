@@ -16,14 +16,13 @@ Tests in ``tests/test_dlq_move.py``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import redis
+from redis.typing import EncodableT, FieldT
 
 from solutions.acks import DEAD_LETTER_LUA
 
 GROUP = "billing"
-FIELDS: dict[Any, Any] = {"type": "order.paid", "order_id": "o-1", "amount": "10.00", "event_id": "evt-1"}
+FIELDS: dict[str, str] = {"type": "order.paid", "order_id": "o-1", "amount": "10.00", "event_id": "evt-1"}
 
 
 def late_dead_letter(client: redis.Redis, stream: str, *, how: str) -> tuple[int, int]:
@@ -36,7 +35,8 @@ def late_dead_letter(client: redis.Redis, stream: str, *, how: str) -> tuple[int
     client.delete(stream, dlq)
     try:
         client.xgroup_create(stream, GROUP, id="0", mkstream=True)
-        msg_id = str(client.xadd(stream, FIELDS))
+        fields: dict[FieldT, EncodableT] = {key: value for key, value in FIELDS.items()}  # XADD's field types
+        msg_id = str(client.xadd(stream, fields))
         client.xreadgroup(GROUP, "billing-1", {stream: ">"}, count=1)  # billing-1 fails it, again and again ...
         client.xclaim(stream, GROUP, "billing-2", 0, [msg_id])  # ... the rescuer gives it to billing-2,
         client.xack(stream, GROUP, msg_id)  # which handles it and acks: done

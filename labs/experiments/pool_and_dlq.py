@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from labs.experiments import scenario_settings
 from labs.polling import poll_async
@@ -35,7 +36,7 @@ from solutions.settings import Settings
 from solutions.worker import Worker
 
 GROUP = "billing"
-POISON: dict[str, dict[str, Any]] = {
+POISON: dict[str, dict[FieldT, EncodableT]] = {
     "bad amount": {"type": "order.paid", "order_id": "o-bad", "amount": "ten", "event_id": "poison-1"},
     "missing order_id": {"type": "order.paid", "amount": "5.00", "event_id": "poison-2"},
     "undecodable bytes": {"type": "order.paid", "order_id": "o-bytes", "amount": b"\xff\xfe", "event_id": "poison-3"},
@@ -142,7 +143,7 @@ def dead_letters(client: redis.Redis, stream: str) -> list[DeadLetter]:
     return out
 
 
-def _xadd(client: redis.Redis, stream: str, fields: dict[Any, Any]) -> str:
+def _xadd(client: redis.Redis, stream: str, fields: dict[FieldT, EncodableT]) -> str:
     msg_id: Any = client.xadd(stream, fields)
     return bytes(msg_id).decode()
 

@@ -30,7 +30,6 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import redis
 
@@ -38,6 +37,7 @@ from labs.experiments.partition_writes import wait_for
 from labs.experiments.split_brain import caught_up, linked_replica
 from labs.experiments.worker_procs import GROUP, ROOT, charges, flags, producer_command, worker_command
 from labs.launcher import netns, sentinel, topologies
+from labs.launcher.process import RedisProcess
 from labs.launcher.sentinel import MASTER_NAME
 from labs.launcher.topology import Topology
 
@@ -132,7 +132,7 @@ def run_dedupe(run_dir: Path, dedupe: str, *, partition_s: float = 7.0, rate: fl
     return _tally(run_dir, dedupe, kept, restarts, codes, times, cut_unix)
 
 
-def _drained(master: Any) -> bool:
+def _drained(master: RedisProcess) -> bool:
     with contextlib.closing(master.client()) as client:
         try:
             groups = client.xinfo_groups(STREAM)
