@@ -14,7 +14,7 @@ a panel one short wait, not a hang.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import redis
 from redis.backoff import NoBackoff
@@ -37,6 +37,29 @@ class StreamStats:
     stream_age_ms: int | None = None
     group_exists: bool = False
     oldest_pending_age_ms: int | None = None
+
+
+class GroupInfo(TypedDict, total=False):
+    """The fields read of one row of ``XINFO GROUPS`` (redis-py's dict; names are bytes without decoding)."""
+
+    name: str | bytes
+    lag: int | None
+
+
+class PendingConsumer(TypedDict):
+    """One consumer of the summary form of ``XPENDING``."""
+
+    name: str | bytes
+    pending: int
+
+
+class PendingSummary(TypedDict):
+    """The summary form of ``XPENDING`` as redis-py parses it."""
+
+    pending: int
+    min: str | bytes | None
+    max: str | bytes | None
+    consumers: list[PendingConsumer]
 
 
 def snapshot_client(redis_url: str, *, timeout_s: float, client_name: str) -> redis.Redis:
@@ -69,23 +92,23 @@ def _raise_unexpected(replies: list[object]) -> None:
             raise reply
 
 
-def _group_info(groups_reply: Any, group: str) -> dict[str, Any] | None:
+def _group_info(groups_reply: list[GroupInfo] | Exception, group: str) -> GroupInfo | None:
     if isinstance(groups_reply, Exception):
         return None
     for info in groups_reply:
         if _text(info.get("name", "")) == group:
-            return dict(info)
+            return info
     return None
 
 
-def _oldest_pending_id(summary: Any) -> str | None:
+def _oldest_pending_id(summary: PendingSummary | Exception) -> str | None:
     if isinstance(summary, Exception) or not summary or not summary.get("pending"):
         return None
     oldest = summary.get("min")
     return _text(oldest) if oldest else None
 
 
-def _pending_by_consumer(summary: Any, max_consumers: int) -> tuple[int, dict[str, int]]:
+def _pending_by_consumer(summary: PendingSummary | Exception, max_consumers: int) -> tuple[int, dict[str, int]]:
     if isinstance(summary, Exception) or not summary:
         return 0, {}
     counts = {_text(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
