@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict, cast
 
 import hiredis
 import redis.asyncio as aioredis
@@ -54,6 +54,9 @@ REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, OSError)
 log = logging.getLogger(__name__)
 
 PackedCommand = bytes | str | Iterable[bytes]  # what a connection's send_packed_command takes
+# hiredis's stub types pack_command's argument as a 1-tuple (``Tuple[X]`` for ``Tuple[X, ...]``); it takes any
+# number of arguments, and raises TypeError for a bytearray (HiredisPacking falls back on it).
+hiredis_pack = cast(Callable[[tuple[EncodableT, ...]], bytes], hiredis.pack_command)
 
 
 class Commands(Protocol):
@@ -105,7 +108,7 @@ class HiredisPacking(AbstractConnection):
         one_word = " " not in first if type(first) is str else type(first) is bytes and b" " not in first
         if one_word and self.encoder.encoding == "utf-8":
             try:
-                return [hiredis.pack_command(args)]  # type: ignore[arg-type]  # a bytearray: TypeError, below
+                return [hiredis_pack(args)]
             except TypeError:
                 pass  # redis-py's packer converts it or raises its own DataError
         return super().pack_command(*args)
