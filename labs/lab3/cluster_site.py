@@ -18,10 +18,10 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar, Protocol, cast
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 
 from labs import launcher
 from labs.lab3.deployment import Fault
@@ -65,11 +65,13 @@ class ClusterDeployment:
     def client(self) -> redis.Redis:
         """A ``RedisCluster`` (decoded replies, short timeouts): every key to its slot's master."""
         host, port = self.nodes[0]
-        client: Any = RedisCluster(host=host, port=port, decode_responses=True, socket_timeout=SOCKET_TIMEOUT_S,
-                                   socket_connect_timeout=SOCKET_TIMEOUT_S)
-        return client  # type: ignore[no-any-return]
+        client = RedisCluster(host=host, port=port, decode_responses=True, socket_timeout=SOCKET_TIMEOUT_S,
+                              socket_connect_timeout=SOCKET_TIMEOUT_S)
+        # Not a redis.Redis subclass, but it answers every command the lab sends through Deployment.client
+        # (the Deployment protocol's client type; the cluster-only calls below take it as RedisCluster).
+        return cast(redis.Redis, client)
 
-    def cell_streams(self, client: Any, stream: str) -> CellStreams:
+    def cell_streams(self, client: redis.Redis, stream: str) -> CellStreams:
         """The cell's shards, registered with ``SET NX`` in ``<stream>:shards`` on first use."""
         if stream not in self.names:
             self.names[stream] = asyncio.run(self._register(stream))
@@ -79,12 +81,13 @@ class ClusterDeployment:
         async with await ClusterRouter.connect(list(self.nodes)) as router:
             return (await ensure_shards(router, stream, self.shards)).names
 
-    def reading_clients(self, client: Any) -> int:
+    def reading_clients(self, client: redis.Redis) -> int:
         """Clients blocked in XREADGROUP on any master."""
+        cluster = _cluster(client)
         total = 0
-        for node in client.get_primaries():
+        for node in cluster.get_primaries():
             with contextlib.suppress(redis.RedisError):
-                conn = client.get_redis_connection(node)
+                conn = cluster.get_redis_connection(node)
                 total += sum(1 for c in conn.client_list() if c.get("cmd") == "xreadgroup")
         return total
 
@@ -103,14 +106,30 @@ class ClusterDeployment:
                 "promoted_after_s": done.elapsed_s, "replica_back_after_s": done.ready_s}
 
     @contextlib.contextmanager
-    def pause_writes(self, client: Any, ms: int) -> Iterator[None]:
+    def pause_writes(self, client: redis.Redis, ms: int) -> Iterator[None]:
         """``CLIENT PAUSE ms WRITE`` on every master, ``CLIENT UNPAUSE`` on the way out."""
-        primaries = client.get_primaries()
+        cluster = _cluster(client)
+        primaries = cluster.get_primaries()
         for node in primaries:
-            client.get_redis_connection(node).client_pause(ms, all=False)
+            cluster.get_redis_connection(node).client_pause(ms, all=False)
         try:
             yield
         finally:
             for node in primaries:
                 with contextlib.suppress(redis.RedisError):
-                    client.get_redis_connection(node).client_unpause()
+                    cluster.get_redis_connection(node).client_unpause()
+
+
+class _Masters(Protocol):
+    """What the lab asks of a ``RedisCluster`` about its masters (redis-py leaves these unannotated)."""
+
+    def get_primaries(self) -> list[ClusterNode]: ...
+
+    def get_redis_connection(self, node: ClusterNode) -> redis.Redis: ...
+
+
+def _cluster(client: redis.Redis) -> _Masters:
+    """The ``RedisCluster`` behind :meth:`ClusterDeployment.client` (typed ``redis.Redis`` by the protocol)."""
+    if not isinstance(client, RedisCluster):
+        raise TypeError(f"a cluster deployment takes the RedisCluster its client() made, not {type(client).__name__}")
+    return client

@@ -17,7 +17,6 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import redis
 
@@ -33,7 +32,7 @@ from solutions.shards import shard_of
 class CellStreams:
     """The keys of one cell's stream (``names``: one, or its shards in order) on ``client``."""
 
-    client: Any  # redis.Redis through Sentinel, or redis.cluster.RedisCluster
+    client: redis.Redis  # through Sentinel, or a RedisCluster (see ClusterDeployment.client)
     names: tuple[str, ...]
 
     @property
