@@ -9,7 +9,7 @@ finishes without an error output. Screenshots are saved to a temporary directory
 paths printed. Without Chromium (or Playwright) the test is skipped with the reason.
 
 The student edition (``make student``) is served by the same JupyterLab, under ``student/``,
-and notebooks are walked the way a student walks them (``STUDENT_PATHS``: 02, 05, 06, 07, 09 and 10;
+and notebooks are walked the way a student walks them (``STUDENT_PATHS``: 02, 03, 05, 06, 07, 08, 09 and 10;
 one exercise each, one whose first attempt uses its state up or whose mistake raises): Run All
 reaches the end (each check on a blank shows a red box, the hint's first step behind a click, the
 clean-up keeps Redis up); the reference solution typed into the exercise turns its box green; a
@@ -27,8 +27,8 @@ Each notebook runs whole (Run All), since even 09's stays well under the ~90 s p
 its setup and the exercise's cells would be run: on an otherwise idle two-core machine the cases
 take about 30 s (02), 40 s (06: the exercise's four outage runs, 4 s each) and 60 s (09: its Run
 All, with the cluster's failovers, resharding and network partitions, 50 s); with a load average of
-12-17 on the two cores (other suites running) 02, 05 and 06 took about 80 s each, 07 115 s and 10
-165 s (its Run All 146 s).
+12-17 on the two cores (other suites running) 02, 05, 06 and 08 took 75-80 s each, 03 96 s, 07
+115 s and 10 165 s (its Run All 146 s).
 """
 
 from __future__ import annotations
@@ -295,6 +295,13 @@ killed.proc.wait(20)
 killed_drain_line = "drain complete" in killed.log_text()
 killed_pending = pending_ids(r, killed_stream)
 """
+WRONG_03_3 = """# 03.3, a first try: every key with {42} in it shares the slot of 42
+same_slot_as_42 = {"user:{42}:cart": True, "user:{42}:orders": True, "{}{42}": True, "{42}{}": True}
+"""
+WRONG_08_3 = """# 08.3, a first try: what XPENDING shows is all there is to see
+pel_now = r.xpending(ackfirst_stream, "billing")["pending"]
+acked_not_done = [row["message_id"] for row in r.xpending_range(ackfirst_stream, "billing", "-", "+", 100)]
+"""
 WRONG_10_4 = """# 10.4, a first try: the key with the most elements, as --bigkeys ranks lists
 heaviest = P + "ex:big:list"
 """
@@ -315,6 +322,12 @@ STUDENT_PATHS = [
                 panel=".shard-charges .js-plotly-plot", panel_titles=1,  # the "kill -9" mark
                 wrong_prepared=True, cluster=True, tidy='r.delete("dlq:" + ex_shard)',
                 run_all_timeout_s=150.0),  # 50 s here; the suite runs three workers on two cores
+    # A prediction with one slot wrong: {}{42} hashes the whole key (the first pair of braces is empty).
+    StudentPath("03_persistence_and_replication.ipynb", "03.3", WRONG_03_3, ("Не совпало для 1 из 4",), panel=None,
+                run_all_timeout_s=150.0),
+    # An empty XPENDING taken for "nothing lost": the ledger against what left the PEL says otherwise.
+    StudentPath("08_lab3.ipynb", "08.3", WRONG_08_3, ("acked_not_done не то",), panel=None,
+                run_all_timeout_s=150.0),
     # The answer by element count is the wrong key by memory; the Prometheus chart is the notebook's panel.
     StudentPath("10_monitoring_and_incidents.ipynb", "10.4", WRONG_10_4, ("не самый тяжёлый ключ по памяти",),
                 panel=None, run_all_timeout_s=150.0),  # about 60 s alone
