@@ -79,6 +79,19 @@ class KernelCells:
 
 # A plausible first try per exercise, typed where the stub was, and the words its check must say.
 WRONG: dict[str, tuple[str, str]] = {
+    "01.3": (  # the setting not put back: the notebook (and the next attempt) would run on nodes of 10
+        "def fill_nodes(stream):\n"
+        "    r.delete(stream)\n"
+        "    pipe = r.pipeline(transaction=False)\n"
+        "    for i in range(2555):\n"
+        '        pipe.xadd(stream, {"i": str(i)}, maxlen=1000, approximate=True)\n'
+        "    pipe.execute()\n"
+        "    return r.xlen(stream) - 1000\n"
+        'excess_100 = fill_nodes(P + "ex:nodes:100")\n'
+        'r.config_set("stream-node-max-entries", 10)\n'
+        'excess_10 = fill_nodes(P + "ex:nodes:10")\n',
+        "не вернулся к 100",
+    ),
     "02.1": (
         '_, two_claimed, _ = r.xautoclaim(two_stream, "billing", "rescuer", min_idle_time=100, count=100)\n'
         'two_owners = {row["message_id"]: row["consumer"]\n'
