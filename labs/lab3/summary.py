@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 from labs.lab3 import conclusions, figures
 from labs.lab3.checks import evaluate
@@ -56,29 +56,37 @@ DEFINITIONS = (
 )
 
 
-def spread(values: Sequence[Any]) -> dict[str, Any]:
+class Spread(TypedDict):
+    """The min, median and max of a figure over the repeats (None when no repeat measured it)."""
+
+    min: float | None
+    median: float | None
+    max: float | None
+
+
+def spread(values: Sequence[float | None]) -> Spread:
     known = [v for v in values if v is not None]
     if not known:
-        return {"min": None, "median": None, "max": None}
-    return {"min": min(known), "median": statistics.median(known), "max": max(known)}
+        return Spread(min=None, median=None, max=None)
+    return Spread(min=min(known), median=statistics.median(known), max=max(known))
 
 
-def _num(value: Any, ints: bool) -> str:
+def _num(value: float, ints: bool) -> str:
     if ints:
         return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
     return f"{value:.2f}"
 
 
-def _cell(values: Sequence[Any]) -> Any:
+def _cell(values: Sequence[float | None]) -> float | str | None:
     """One value as it is; several as ``median [min..max]`` (or the value when they agree)."""
     known = [v for v in values if v is not None]
     if not known:
         return None
     ints = all(isinstance(v, int) for v in known)
-    s = spread(known)
-    if s["min"] == s["max"]:
-        return s["min"] if ints else round(float(s["min"]), 2)
-    return f"{_num(s['median'], ints)} [{_num(s['min'], ints)}..{_num(s['max'], ints)}]"
+    low, median, high = min(known), statistics.median(known), max(known)
+    if low == high:
+        return low if ints else round(float(low), 2)
+    return f"{_num(median, ints)} [{_num(low, ints)}..{_num(high, ints)}]"
 
 
 def groups(runs: Sequence[Run]) -> dict[tuple[str, str, str], list[CellResult]]:
