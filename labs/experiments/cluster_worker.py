@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from labs.experiments import scenario_settings
 from labs.experiments.cluster_faults import set_full_coverage
@@ -42,7 +42,7 @@ from labs.experiments.cluster_load import (
 from labs.launcher.cluster import ClusterTopology
 from labs.launcher.reshard import move_slot
 from labs.polling import poll_async, poll_value_async, wait_until_async
-from solutions.cluster_router import ClusterRouter
+from solutions.cluster_router import ClusterRouter, ShardClient
 from solutions.cluster_site import ClusterSite
 from solutions.drain import drain_bound_s
 from solutions.settings import Address, Settings
@@ -75,7 +75,7 @@ def startup_nodes(topology: ClusterTopology) -> list[Address]:
 
 
 @contextlib.asynccontextmanager
-async def running(settings: Settings) -> Any:
+async def running(settings: Settings) -> AsyncIterator[Worker]:
     """A sharded worker as a task for the duration of the block, then drained."""
     worker = Worker(settings, site=ClusterSite(settings))
     task = asyncio.create_task(worker.run())
@@ -275,12 +275,19 @@ async def _wait_pending_zero(router: ClusterRouter, shards: ShardSet, timeout_s:
     await poll_value_async(lambda: pending_counts(router, shards), lambda counts: sum(counts) == 0, timeout_s, 0.1)
 
 
-async def _pel_row(client: Any, name: str, msg_id: Any) -> dict[str, Any]:
+class PelRow(TypedDict, total=False):
+    """An entry's line of the extended ``XPENDING``: who holds it, how often delivered (empty: not pending)."""
+
+    consumer: str
+    deliveries: int
+
+
+async def _pel_row(client: ShardClient, name: str, msg_id: str | bytes) -> PelRow:
     rows = await client.xpending_range(name, GROUP, min=msg_id, max=msg_id, count=1)
     if not rows:
-        return {}
+        return PelRow()  # not pending
     row = rows[0]
-    return {"consumer": _text(row["consumer"]), "deliveries": int(row["times_delivered"])}
+    return PelRow(consumer=_text(row["consumer"]), deliveries=int(row["times_delivered"]))
 
 
 def _owner_port(router: ClusterRouter, key: str) -> int:
@@ -290,6 +297,6 @@ def _owner_port(router: ClusterRouter, key: str) -> int:
     return addr[1]
 
 
-def _text(raw: Any) -> str:
+def _text(raw: str | bytes | int) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
