@@ -27,8 +27,8 @@ def test_the_saturation_table_names_the_first_window_at_nine_tenths_of_the_best_
 
 
 def test_rows_that_failed_or_belong_to_other_cases_are_left_out() -> None:
-    rows = [*_sweep("nats", {1: 100.0, 256: 1200.0}), {"broker": "nats", "case": "window-16", "error": "boom"},
-            {"broker": "nats", "case": "poison", "lost": 0}]
+    rows: list[Row] = [*_sweep("nats", {1: 100.0, 256: 1200.0}),
+                       {"broker": "nats", "case": "window-16", "error": "boom"}, {"broker": "nats", "case": "poison"}]
     assert [r[1] for r in summary.window_sweep(rows).rows] == [1, 256]
     assert not summary.memory(rows).rows and not summary.load_curve(rows).rows
 
@@ -51,3 +51,13 @@ def test_memory_rows_give_the_slope_per_copy_and_each_brokers_own_bound() -> Non
 def test_markdown_escapes_pipes_and_shows_none_as_empty() -> None:
     text = summary.markdown(summary.Table("t", ("a", "b"), (("x|y", None),)))
     assert text.splitlines()[2] == "| x\\|y |  |"
+
+
+def test_the_durability_table_speaks_russian_in_the_notebook_and_english_in_the_report() -> None:
+    row: Row = {"broker": "nats", "case": "poison", "server": "NATS 2.15.1", "copies": 3, "fsync": "every 2 minutes",
+                "confirm": "PubAck once a majority has it", "durability": "...; dead letters: the consumer",
+                "durability_ru": {"fsync": "раз в 2 минуты", "confirm": "PubAck от большинства",
+                                  "dead_letters": "консьюмер"}}
+    (ru,) = summary.durability([row], "ru").rows
+    assert ru == ("nats", "NATS 2.15.1", 3, "раз в 2 минуты", "PubAck от большинства", "консьюмер")
+    assert summary.durability([row]).rows[0][3:] == ("every 2 minutes", "PubAck once a majority has it", "the consumer")

@@ -106,6 +106,7 @@ class Durability:
     fsync: str  # when a confirmed message is on disk
     confirm: str  # what the confirm means
     dead_letters: str  # who moves a poison message to the dead letters
+    ru: dict[str, str] = field(default_factory=dict)  # fsync, confirm, dead_letters in Russian (notebook 11)
 
     def text(self) -> str:
         return (f"{self.server}; {self.copies} copies; fsync: {self.fsync}; confirm: {self.confirm}; "

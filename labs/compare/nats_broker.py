@@ -54,14 +54,19 @@ class NatsBroker:
         v = self._nc.connected_server_version
         version = f"{v.major}.{v.minor}.{v.patch}"
         if self.sync_always:
-            fsync = "before the ack (sync_interval: always)"
+            fsync, fsync_ru = "before the ack (sync_interval: always)", "перед ack (sync_interval: always)"
         elif (v.major, v.minor) >= (2, 10):
             fsync = "every 2 minutes (sync_interval default; always is a setting since 2.10)"
+            fsync_ru = "раз в 2 минуты (sync_interval по умолчанию; always — настройка с 2.10)"
         else:
             fsync = "every 2 minutes, not before the ack (2.9 has no setting for it)"
+            fsync_ru = "раз в 2 минуты, не перед ack (в 2.9 настройки нет)"
         return Durability(server=f"NATS {version}", copies=3, fsync=fsync,
                           confirm="PubAck once a majority (2 of 3) has it; Nats-Msg-Id dedupe window 120 s",
-                          dead_letters="the consumer (JetStream stops at MaxDeliver)")
+                          dead_letters="the consumer (JetStream stops at MaxDeliver)",
+                          ru={"fsync": fsync_ru,
+                              "confirm": "PubAck, когда запись есть у большинства (2 из 3); окно Nats-Msg-Id 120 с",
+                              "dead_letters": "консьюмер (JetStream после MaxDeliver только перестаёт доставлять)"})
 
     async def connect(self) -> None:
         self._nc = await nats.connect(servers=self.urls, connect_timeout=2, reconnect_time_wait=0.2,

@@ -56,7 +56,11 @@ class RabbitBroker:
                           fsync="before the confirm (the Ra WAL fdatasyncs on each member before it answers)",
                           confirm="publisher confirm once a majority (2 of 3) has written and fsynced it",
                           dead_letters=f"the broker: x-delivery-limit {self.delivery_limit} + DLX "
-                                       f"({self.settings.max_attempts} deliveries, the consumer only requeues)")
+                                       f"({self.settings.max_attempts} deliveries, the consumer only requeues)",
+                          ru={"fsync": "перед подтверждением (WAL Ra делает fdatasync на каждом узле)",
+                              "confirm": "publisher confirm, когда большинство (2 из 3) записало и сбросило на диск",
+                              "dead_letters": f"сам брокер: x-delivery-limit {self.delivery_limit} + DLX "
+                                              f"({self.settings.max_attempts} доставки, консьюмер только возвращает)"})
 
     async def _open(self) -> AbstractConnection:
         """A connection to the next node that answers."""

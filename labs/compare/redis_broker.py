@@ -66,16 +66,24 @@ class RedisBroker:
     async def durability(self) -> Durability:
         info = await self.client.info("server")
         wait = self.settings.wait_replicas
-        fsync = {"always": "before the reply to each write (appendfsync always)",
-                 "everysec": "once a second (appendfsync everysec: up to ~1-2 s lost on a power cut)",
-                 }.get(self.setup.appendfsync, f"appendfsync {self.setup.appendfsync}")
+        always = self.setup.appendfsync == "always"
+        fsync = ("before the reply to each write (appendfsync always)" if always else
+                 "once a second (appendfsync everysec: up to ~1-2 s lost on a power cut)")
+        fsync_ru = ("перед ответом на каждую запись (appendfsync always)" if always else
+                    "раз в секунду (appendfsync everysec: при отключении питания до ~1–2 с)")
         confirm = (f"XADD on the master, then WAIT {wait}: in the memory of {wait} replica(s) (best effort: "
                    "Sentinel may still promote a replica without it)" if wait else
                    "XADD in the master's memory; replication is asynchronous (a failover may drop the tail)")
+        confirm_ru = (f"XADD на мастере и WAIT {wait}: запись в памяти реплики (best effort: Sentinel может "
+                      "повысить реплику без неё)" if wait else
+                      "XADD в памяти мастера; репликация асинхронная (failover может потерять хвост)")
         if self.setup.min_replicas_to_write:
             confirm += f"; min-replicas-to-write {self.setup.min_replicas_to_write}"
+            confirm_ru += f"; min-replicas-to-write {self.setup.min_replicas_to_write}"
         return Durability(server=f"Redis {info.get('redis_version', '?')}", copies=self.setup.copies, fsync=fsync,
-                          confirm=confirm, dead_letters="the worker's Lua script (XACK + XADD <stream>:dlq)")
+                          confirm=confirm, dead_letters="the worker's Lua script (XACK + XADD <stream>:dlq)",
+                          ru={"fsync": fsync_ru, "confirm": confirm_ru,
+                              "dead_letters": "Lua-скрипт воркера (XACK + XADD <stream>:dlq)"})
 
     async def connect(self) -> None:
         self._client = connect(redis_url="", sentinels=self.sentinels, master_name=self.master_name,
@@ -171,7 +179,9 @@ class RedisBroker:
                     for msg_id, fields in entries:
                         yield self._delivery(msg_id, fields, 1)
             except (RedisError, OSError) as exc:
-                if classify(exc) == "fatal":
+                # NOREPLICAS: XREADGROUP writes (the PEL), and a master without a replica under
+                # min-replicas-to-write refuses it until a replica is back (solutions' classify calls it fatal)
+                if classify(exc) == "fatal" and not str(exc).startswith("NOREPLICAS"):
                     raise
                 log.info("%s: %s, retrying", consumer, type(exc).__name__)
                 await asyncio.sleep(0.2)

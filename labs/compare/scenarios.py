@@ -46,6 +46,7 @@ class Row(TypedDict, total=False):
     copies: int
     fsync: str
     confirm: str
+    durability_ru: dict[str, str]  # fsync, confirm, dead_letters in Russian (notebook 11)
     window: int
     prefetch: int
     offered_per_s: float | None
@@ -141,7 +142,8 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> Ro
     durability = await producer.durability()
     row: Row = {"broker": site.kind, "case": case.name, "durability": durability.text(), "server": durability.server,
                 "copies": durability.copies, "fsync": durability.fsync, "confirm": durability.confirm,
-                "window": case.window or 1, "prefetch": settings.prefetch, "offered_per_s": case.rate_per_s or None,
+                "durability_ru": durability.ru, "window": case.window or 1, "prefetch": settings.prefetch,
+                "offered_per_s": case.rate_per_s or None,
                 "broker_dead_letters": producer.broker_dead_letters}
     plog: ProduceLog | None = None
     if case.hold or case.crash_consumer:  # everything published first (the crash case: then the crasher alone)

@@ -66,10 +66,18 @@ def durability(rows: Sequence[Row], lang: str = "en") -> Table:
     for r in _ok(rows):
         if "server" in r:
             seen.setdefault(r["broker"], r)
-    dead = {b: str(r.get("durability", "")).rsplit("dead letters: ", 1)[-1] for b, r in seen.items()}
+
+    def said(r: Row, key: str) -> object:
+        if lang == "ru" and key in (r.get("durability_ru") or {}):
+            return r["durability_ru"][key]
+        if key == "dead_letters":
+            return str(r.get("durability", "")).rsplit("dead letters: ", 1)[-1]
+        return dict(r).get(key, "")
+
     return Table("durability of each row", (w["broker"], w["server"], w["copies"], w["fsync"], w["confirm"],
                                             w["dead_letters"]),
-                 tuple((b, r["server"], r["copies"], r["fsync"], r["confirm"], dead[b]) for b, r in seen.items()))
+                 tuple((b, r["server"], r["copies"], said(r, "fsync"), said(r, "confirm"), said(r, "dead_letters"))
+                       for b, r in seen.items()))
 
 
 def window_sweep(rows: Sequence[Row], lang: str = "en") -> Table:
