@@ -39,11 +39,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 
 # Upward arrows still allowed, as (importing module, imported module), each with why; empty is the
 # goal (issue 41, item 3): the lead removes an entry once its owner moved what both need below both.
-ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    # notebook 11's brokers quiz names compare's Row TypedDict (under TYPE_CHECKING: a type, no
-    # import at run time); the file is the broker comparison's owner's; Row moves below both.
-    ("labs.panels.quizzes.brokers", "labs.compare.scenarios"): "issue 41: a type only, Row moves down",
-}
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 
 
 def _modules(root: Path) -> dict[str, Path]:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import redis
 
 from labs.panels.quiz import Check, Question, Quiz
 
-if TYPE_CHECKING:
-    from labs.compare.scenarios import Row
+# A row of the comparison as this quiz reads it (labs.compare.scenarios.Row is one): panels sit below
+# compare, so the quiz names only the mapping it reads, never compare's own type.
+Row = Mapping[str, object]
 
 TITLE = "Проверь себя: брокеры рядом"
 
@@ -22,15 +22,19 @@ def _holds(answer: int, holds: bool) -> Check:
     return check
 
 
-def _row(rows: list[Row], broker: str, case: str) -> Mapping[str, object]:
+def _row(rows: Sequence[Row], broker: str, case: str) -> Mapping[str, object]:
     for r in rows:
         if r.get("broker") == broker and r.get("case") == case and "error" not in r:
             return r
     return {}
 
 
+def _num(r: Row, key: str) -> float:
+    return float(str(r.get(key) or 0))
+
+
 def _rate(r: Row) -> float:
-    return float(str(r.get("publish_per_s") or 0))
+    return _num(r, "publish_per_s")
 
 
 def _window_factors(rows: Sequence[Row]) -> list[float]:
@@ -46,7 +50,7 @@ def _window_factors(rows: Sequence[Row]) -> list[float]:
     return out
 
 
-def quiz(*, rows: list[Row], max_attempts: int) -> Quiz:
+def quiz(*, rows: Sequence[Row], max_attempts: int) -> Quiz:
     poison = [r for r in rows if r.get("case") == "poison" and "error" not in r]
     crash = [r for r in rows if r.get("case") == "consumer-kill" and "error" not in r]
     nats_kill = _row(rows, "nats", "leader-kill")
@@ -56,14 +60,14 @@ def quiz(*, rows: list[Row], max_attempts: int) -> Quiz:
                  ("Списал второй раз", "Поглотил: applied_events уже знает event_id, второго списания нет",
                   "Брокер не доставил сообщение повторно"), 1,
                  "Списание и строка applied_events коммитятся одной транзакцией; повтор виден как absorbed.",
-                 check=_holds(1, bool(crash) and all(r["charged_twice"] == 0 and r["duplicates_absorbed"] >= 1
-                                                     for r in crash))),
+                 check=_holds(1, bool(crash) and all(
+                     _num(r, "charged_twice") == 0 and _num(r, "duplicates_absorbed") >= 1 for r in crash))),
         Question(f"Сколько доставок получило ядовитое сообщение до DLQ при max_attempts = {max_attempts}?",
                  ("1", str(max_attempts), "бесконечно"), 1,
                  "Счёт доставок ведёт каждый брокер (times_delivered, x-delivery-count, num_delivered). "
                  "Переносит в мёртвые письма после N-й RabbitMQ сам (x-delivery-limit = N − 1: он считает "
                  "возвраты), в Redis и NATS — код консьюмера на N-й доставке.",
-                 check=_holds(1, bool(poison) and all(r["poison_attempts"] == max_attempts for r in poison))),
+                 check=_holds(1, bool(poison) and all(_num(r, "poison_attempts") == max_attempts for r in poison))),
         Question(f"{nats_kill.get('server', 'NATS')}, R3: kill -9 лидера стрима под нагрузкой. "
                  "Что с подтверждёнными публикациями?",
                  ("Часть потеряна", "Все на месте: ack пришёл после записи на большинстве",
