@@ -413,10 +413,16 @@ def _the_hint_opens_one_step(page: Any, box: str, exercise_id: str) -> None:
 def _reload_redraws(page: Any, path: StudentPath, box: str, screens: Path) -> Path:
     """Step 5: after a page reload the panel is drawn whole again from the kernel's widget state (or,
     without a panel, the check's box is there again as it was)."""
+    if path.panel:
+        # The plot can be between two redraws (no traces for a moment on a loaded machine: max() of no
+        # points failed a clean-clone run): wait until it shows its points, then read them.
+        page.wait_for_function(f"(sel) => {{ const d = ({PLOT_DATA_JS.strip()})(sel); "
+                               "return !!d && d.points.length > 0 && Math.max(...d.points) > 5; }",
+                               arg=path.panel, timeout=30000, polling=300)
     before = page.evaluate(PLOT_DATA_JS, path.panel) if path.panel else None
     box_before = page.evaluate(BOXES_JS)
     if path.panel:
-        assert before and max(before["points"]) > 5, before
+        assert before and before["points"] and max(before["points"]) > 5, before
     page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
     page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=20000)
     page.reload(wait_until="domcontentloaded")
