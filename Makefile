@@ -48,10 +48,13 @@ netns-bin: ## iproute2 and nftables for the partition experiments (skipped with 
 brokers-bin: ## RabbitMQ and NATS (Debian packages) for module 4 (a warning where they cannot be installed)
 	@bash scripts/ensure-brokers.sh
 
+sandbox-bin: ## bubblewrap for make grade's sandbox (Debian package; make grade refuses to run without it)
+	@bash scripts/ensure-sandbox.sh
+
 monitoring-bin: ## Prometheus, promtool, redis_exporter (Debian packages; a warning where they cannot be installed)
 	@bash scripts/ensure-monitoring.sh
 
-setup: $(STAMP) redis-bin browser monitoring-bin netns-bin brokers-bin ## create .venv, install the packages, Redis, Chromium, Prometheus, RabbitMQ, NATS
+setup: $(STAMP) redis-bin browser monitoring-bin netns-bin brokers-bin sandbox-bin ## create .venv, install the packages, Redis, Chromium, Prometheus, RabbitMQ, NATS, bubblewrap
 
 up: setup ## start the single topology (no persistence, port 6390)
 	@$(LAB) up single
@@ -122,11 +125,11 @@ lab-3: setup ## lab 3: three workers, normal / crash / failover / SIGTERM x dedu
 check-lab-3: setup ## lab 3's checks against your worker (~2 min): make check-lab-3 WORKER="./billing-worker"
 	@$(PY) -m labs.lab3.check $(if $(WORKER),--worker '$(WORKER)') $(if $(TOPOLOGY),--topology $(TOPOLOGY)) $(LAB3_ARGS)
 
-.PHONY: grade
-grade: setup ## grade a folder of submissions with nbgrader: make grade SUBMISSIONS=dir (GRADE_NOTEBOOKS=02,05 SMALL=1 JOBS=2 OUT=dir)
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder: one folder or .zip per student> (python -m labs.grading grade --help)"; exit 2; }
+.PHONY: grade sandbox-bin
+grade: setup ## grade a folder of submissions, each notebook and lab in a bubblewrap sandbox: make grade SUBMISSIONS=dir (GRADE_NOTEBOOKS=02,05 SMALL=1 JOBS=2 OUT=dir GRADE_ARGS="--memory-mb 1024"; docs/grading.md)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder: one folder or .zip per student> (python -m labs.grading grade --help, docs/grading.md)"; exit 2; }
 	@$(PY) -m labs.grading grade '$(SUBMISSIONS)' --notebooks $(or $(GRADE_NOTEBOOKS),all) $(if $(SMALL),--small) \
-		$(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out '$(OUT)') $(GRADE_ARGS)
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(OUT),--out '$(OUT)') $(if $(UNSAFE_NO_SANDBOX),--unsafe-no-sandbox) $(GRADE_ARGS)
 
 kit: setup ## regenerate the student starters from solutions/
 	@$(PY) -m labs.kit --write

@@ -1,4 +1,4 @@
-"""The grading pipeline end to end: real submissions, nbgrader's autograde, a Redis per submission.
+"""The grading pipeline end to end: real submissions, nbgrader's autograde, each notebook in its own sandbox.
 
 One class (``tests/grading_support.py``) is graded once for the module, three submissions at a
 time; each test reads its gradebook lines. Solved: full points (lab 1 included); untouched:
@@ -17,10 +17,10 @@ import grading_support
 import pytest
 from grading_support import GradedClass
 
-from labs.grading import gradebook, labs_checks, summary
+from labs.grading import cgroup, gradebook, labs_checks, summary
 from labs.grading.grader import Line, Result
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_one_wrong_answer_loses_only_that_exercise(graded: GradedClass) -> None:
 @pytest.mark.parametrize(
     ("student", "first", "second"),
     [
-        ("hang-raise", "CellTimeoutError: ячейка не закончилась за 10 с", "RuntimeError: the student's own bug"),
+        ("hang-raise", "CellTimeoutError: ячейка не закончилась за 30 с", "RuntimeError: the student's own bug"),
         ("flushall-shutdown", "run the 'flushall' command (в песочнице", "run the 'shutdown' command (в песочнице"),
         ("segfault-kernel-death", "DEBUG command not allowed", "DeadKernelError: ядро Python умерло"),
         ("deleted-edited", "удалена ячейка проверки (check-05_1", "изменена ячейка проверки (check-05_2"),
@@ -90,24 +90,27 @@ def test_a_lab_that_never_exits_is_killed_and_the_notebook_is_still_graded(grade
     result = graded.results["wrong-lab-never-exits"]
     assert {k: v.score for k, v in lines(result).items()} == {"05.1": 1.0, "05.2": 0.0, "05.3": 1.0}
     (lab,) = lines(result, "lab1").values()
-    assert lab.score == 0.0 and lab.max_score == labs_checks.LAB_POINTS and "не закончилась за 20 с" in lab.reason
-    assert result.seconds < grading_support.LIMITS.lab_timeout_s + 60
+    assert lab.score == 0.0 and lab.max_score == labs_checks.LAB_POINTS and "не закончилась за 30 с" in lab.reason
+    assert result.walls["lab1"] < grading_support.LIMITS.lab_timeout_s + 20  # stopped at its limit
 
 
 def test_nothing_outlives_its_sandbox(graded: GradedClass) -> None:
-    from labs.grading.sandbox import TAG_VAR
+    assert graded.setup.uids is not None
+    leftover = [entry.name for entry in Path("/proc").iterdir()
+                if entry.name.isdigit() and _uid(entry) in graded.setup.uids.uids]
+    assert not leftover, f"processes of the sandboxes' uids left: {leftover}"
+    layout = cgroup.available()
+    if layout is not None:
+        prefixes = tuple(f"uid{uid}-" for uid in graded.setup.uids.uids)
+        mine = [path.name for path in layout.memory.iterdir() if path.name.startswith(prefixes)]
+        assert not mine, f"cgroups left: {mine}"
 
-    tags = [f"{TAG_VAR}={student}-".encode() for student in graded.results]
-    leftover = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                environ = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            if any(tag in environ for tag in tags):
-                leftover.append(entry.name)
-    assert not leftover, f"processes left by the sandboxes: {leftover}"
+
+def _uid(entry: Path) -> int | None:
+    try:
+        return entry.stat().st_uid
+    except OSError:
+        return None
 
 
 def test_feedback_pages_carry_the_scores_and_the_russian_messages(graded: GradedClass) -> None:

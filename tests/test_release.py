@@ -13,8 +13,8 @@ import nbformat
 import pytest
 from nbgrader.nbgraderformat import MetadataValidator
 
+from labs import notebook_release as release
 from labs.exercises import edition
-from labs.grading import release
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 pytestmark = pytest.mark.timeout(120)

@@ -1,25 +1,30 @@
 """nbgrader's own ``autograde`` and ``generate_feedback`` for one submission, and what they found.
 
 Both run through :class:`nbgrader.apps.NbGraderAPI` in a child process forked from a
-forkserver that imported nbgrader once (its import alone takes several seconds), each child in
-the submission's sandbox environment (its Redis, its temp dir, its tag) and course copy:
+forkserver that imported nbgrader once (its import alone takes several seconds), in the
+submission's course copy, as the grader (never inside the sandbox: the gradebook is the grader's):
 
-- :func:`autograde_child`: ``nbgrader autograde`` of one notebook (``--notebook``), so a
-  notebook over its time limit is killed alone and the others keep their grades;
+- :func:`autograde_child`: ``nbgrader autograde`` of one notebook (``--notebook``); its execute
+  step is :class:`~labs.grading.execute.SandboxedExecute`, which runs the kernel in the
+  submission's sandbox and brings back only the outputs;
 - :func:`feedback_child`: writes the instructors' zeros into nbgrader's gradebook (``manual_score``
   0 on the check cell, the reason as the answer cell's comment: :mod:`labs.grading.integrity`'s
   problems and the dead kernels, timeouts and errors found here), runs ``generate_feedback``
   (HTML per notebook, the Russian check messages in the cells' outputs) and dumps every grade.
 
+Each child's log (nbgrader's own lines, and the sandbox's) goes to the file the grader names, in
+the grade's output folder.
+
 :func:`exercise_outcomes` reads the autograded notebook: per exercise, the error that stopped
-its cells (a timeout, a dead kernel, ``NOPERM`` from the sandbox's Redis, an exception) and the
-check's own message (the verdict line ``✗ NN.K «…»: …``).
+its cells (a timeout, a dead kernel, a sandbox limit, ``NOPERM`` from the sandbox's Redis, an
+exception) and the check's own message (the verdict line ``✗ NN.K «…»: …``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import sys
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from nbformat import NotebookNode
 
-from labs.grading import release
+from labs import notebook_release as release
 
 if TYPE_CHECKING:
     from nbgrader.api import Gradebook
@@ -65,12 +70,13 @@ def _load_api(root: Path, notebook: str | None = None) -> NbGraderAPI:
     return NbGraderAPI(config=config)
 
 
-def _enter(root: Path, env: dict[str, str], log_name: str) -> None:
-    """In a child: the sandbox's environment, the course as cwd, stdout and stderr to a log file."""
+def _enter(root: Path, env: dict[str, str], log_path: Path) -> None:
+    """In a child: its environment, the course as cwd, stdout and stderr to the log file ``log_path``."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(root)
-    log_file = os.open(root / f"{log_name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_file = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(log_file, 1)
     os.dup2(log_file, 2)
 
@@ -78,17 +84,19 @@ def _enter(root: Path, env: dict[str, str], log_name: str) -> None:
 def generate_child(root: str, assignment: str, env: dict[str, str]) -> None:
     """Child process: ``nbgrader generate_assignment`` (the gradebook and ``release/``); exit 0 on success."""
     course = Path(root)
-    _enter(course, env, "generate")
+    _enter(course, env, course / "generate.log")
     result = _load_api(course).generate_assignment(assignment, force=True, create=True)
     sys.stdout.write(result.get("log", "") + result.get("error", ""))
     sys.stdout.flush()
     os._exit(0 if result.get("success") else 1)
 
 
-def autograde_child(root: str, student: str, notebook: str, assignment: str, env: dict[str, str]) -> None:
+def autograde_child(root: str, student: str, notebook: str, assignment: str, env: dict[str, str],
+                    log_path: str) -> None:
     """Child process: ``nbgrader autograde`` of ``notebook``; exit 0 on success, 1 with nbgrader's log."""
     course = Path(root)
-    _enter(course, env, f"autograde-{notebook}")
+    _enter(course, env, Path(log_path))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
     result = _load_api(course, notebook).autograde(assignment, student, force=True, create=True)
     sys.stdout.write(result.get("log", "") + result.get("error", ""))
     sys.stdout.flush()
@@ -96,10 +104,10 @@ def autograde_child(root: str, student: str, notebook: str, assignment: str, env
 
 
 def feedback_child(root: str, student: str, assignment: str, zeros: dict[str, dict[str, str]],
-                   env: dict[str, str]) -> None:
+                   env: dict[str, str], log_path: str) -> None:
     """Child process: zeros and reasons into the gradebook, ``generate_feedback``, ``grades.json``."""
     course = Path(root)
-    _enter(course, env, "feedback")
+    _enter(course, env, Path(log_path))
     api = _load_api(course)
     with api.gradebook as gb:
         for notebook, by_exercise in zeros.items():
@@ -133,7 +141,7 @@ def _zero(gb: Gradebook, notebook: str, assignment: str, student: str, exercise:
     gb.db.commit()
 
 
-STOPPED = ("CellTimeoutError", "DeadKernelError")
+STOPPED = ("CellTimeoutError", "DeadKernelError", "NotebookStopped", "OutputLimitExceeded")
 SANDBOX_DENIED = ("no permissions to run", "DEBUG command not allowed")
 
 

@@ -1,7 +1,7 @@
 """An nbgrader course directory: the released assignment, its gradebook, and the config every step reads.
 
 :func:`build_course` writes ``source/<assignment>/`` (the student edition with the metadata of
-:mod:`labs.grading.release`), an ``nbgrader_config.py`` with the grading limits, and runs
+:mod:`labs.notebook_release`), an ``nbgrader_config.py`` (its execute step is the sandbox's), and runs
 nbgrader's own ``generate_assignment``, which fills ``gradebook.db`` (the locked cells'
 source and checksums, the test cells' points) and writes ``release/``. Each submission is
 then graded in a copy of that directory (:func:`Course.copy_to`), so no two share a gradebook
@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -28,33 +28,17 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from labs.grading import release
-
 log = logging.getLogger(__name__)
 
 ASSIGNMENT = "workbook"
 COURSE_ID = "redis-broker"
 CONFIG_NAME = "nbgrader_config.py"
-EXECUTE = "labs.grading.execute.ResilientExecute"
+EXECUTE = "labs.grading.execute.SandboxedExecute"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Limits:
-    """How long one cell, one notebook and one lab check may run before they are stopped."""
-
-    cell_timeout_s: int = 120
-    notebook_timeout_s: int = 900
-    lab_timeout_s: int = 600
-
-    def __post_init__(self) -> None:
-        if min(self.cell_timeout_s, self.notebook_timeout_s, self.lab_timeout_s) <= 0:
-            raise ValueError("every limit must be positive")
-        if self.cell_timeout_s > self.notebook_timeout_s:
-            raise ValueError("a cell's limit cannot exceed the notebook's")
-
-
-def config_text(root: Path, limits: Limits) -> str:
-    """``nbgrader_config.py``: the course, nbgrader's Execute replaced by one that survives a dead kernel."""
+def config_text(root: Path) -> str:
+    """``nbgrader_config.py``: the course, nbgrader's Execute replaced by the sandbox's (:mod:`labs.grading.execute`:
+    the kernel runs in the submission's sandbox, the scoring here; the limits travel with the sandbox's spec)."""
     return "\n".join(
         [
             "c = get_config()  # noqa: F821 (written by labs.grading.course)",
@@ -63,15 +47,6 @@ def config_text(root: Path, limits: Limits) -> str:
             f"c.CourseDirectory.db_url = {'sqlite:///' + str(root / 'gradebook.db')!r}",
             "c.ClearSolutions.code_stub = {'python': '# ваш код'}",
             "c.ClearSolutions.text_stub = '_Ваш ответ:_'",
-            f"c.Execute.timeout = {limits.cell_timeout_s}",
-            "c.Execute.interrupt_on_timeout = True",
-            # nbclient waits 4 s for a cell's output after its reply: on a loaded machine (a class graded
-            # several at a time) that cut the setup cell off; the cell limit above is the real bound
-            f"c.Execute.iopub_timeout = {min(30, limits.cell_timeout_s)}",
-            "c.Execute.error_on_timeout = {'ename': 'CellTimeoutError', "
-            f"'evalue': 'ячейка не закончилась за {limits.cell_timeout_s} с и была прервана', "
-            f"'traceback': ['CellTimeoutError: ячейка не закончилась за {limits.cell_timeout_s} с']}}",
-            "c.Execute.extra_arguments = ['--HistoryManager.hist_file=:memory:']",
             "c.Autograde.autograde_preprocessors = [",
             f"    {EXECUTE!r},",
             "    'nbgrader.preprocessors.IgnorePattern',",
@@ -113,29 +88,27 @@ class Course:
         released: NotebookNode = nbformat.read(str(path), as_version=4)  # type: ignore[no-untyped-call]
         return released
 
-    def copy_to(self, target: Path, limits: Limits) -> Course:
+    def copy_to(self, target: Path) -> Course:
         """A copy of this course in ``target`` (gradebook included), its config pointing there."""
         target.mkdir(parents=True, exist_ok=True)
         for part in ("source", "release"):
             shutil.copytree(self.root / part, target / part, dirs_exist_ok=True)
         shutil.copy2(self.root / "gradebook.db", target / "gradebook.db")
-        (target / CONFIG_NAME).write_text(config_text(target, limits), encoding="utf-8")
+        (target / CONFIG_NAME).write_text(config_text(target), encoding="utf-8")
         return Course(target, self.notebooks, self.assignment)
 
 
-def build_course(root: Path, released: Sequence[tuple[str, str]], limits: Limits | None = None,
-                 ctx: BaseContext | None = None) -> Course:
+def build_course(root: Path, released: Sequence[tuple[str, str]], ctx: BaseContext | None = None) -> Course:
     """A course in ``root`` from ``(name, notebook text)`` pairs, through ``nbgrader generate_assignment``.
 
     With ``ctx`` (the grader's forkserver, nbgrader already imported) it runs in a forked child;
     otherwise as ``python -m nbgrader`` (several seconds more: nbgrader's import).
     """
-    limits = limits or Limits()
     source = root / "source" / ASSIGNMENT
     source.mkdir(parents=True, exist_ok=True)
     for name, text in released:
         (source / f"{name}.ipynb").write_text(text, encoding="utf-8")
-    (root / CONFIG_NAME).write_text(config_text(root, limits), encoding="utf-8")
+    (root / CONFIG_NAME).write_text(config_text(root), encoding="utf-8")
     if ctx is None:
         nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", "--create")
     else:
@@ -159,13 +132,13 @@ def student_release(reference: Path) -> str:
     return edition.student_text(reference)
 
 
-def small_notebook(reference: Path, target: Path) -> Path:
-    """``reference`` cut to its setup cell and its exercises, written to ``target`` (returned)."""
+def small_notebook(reference: Path, target: Path, exercises: Collection[str] | None = None) -> Path:
+    """``reference`` cut to its setup cell and its exercises (only ``exercises`` when given), written to ``target``."""
     nb = nbformat.read(str(reference), as_version=4)  # type: ignore[no-untyped-call]
     first_code = next(i for i, cell in enumerate(nb.cells) if cell.cell_type == "code")
     keep = {first_code}
     for index, cell in enumerate(nb.cells):
-        if cell.metadata.get("exercise"):
+        if cell.metadata.get("exercise") and (exercises is None or cell.metadata["exercise"] in exercises):
             keep.add(index)
             if index and nb.cells[index - 1].cell_type == "markdown":
                 keep.add(index - 1)
@@ -175,13 +148,12 @@ def small_notebook(reference: Path, target: Path) -> Path:
     return target
 
 
-def course_for(references: Sequence[Path], root: Path | None = None, limits: Limits | None = None,
-               ctx: BaseContext | None = None) -> Course:
+def course_for(references: Sequence[Path], root: Path | None = None, ctx: BaseContext | None = None) -> Course:
     """A course whose assignment is the student release of each reference notebook."""
     root = root or Path(tempfile.mkdtemp(prefix="grading-course-"))
     released = [(path.stem, student_release(path)) for path in references]
     log.info("building the course in %s from %d notebook(s)", root, len(released))
-    return build_course(root, released, limits, ctx)
+    return build_course(root, released, ctx)
 
 
-__all__ = ["ASSIGNMENT", "Course", "Limits", "build_course", "course_for", "release", "small_notebook"]
+__all__ = ["ASSIGNMENT", "Course", "build_course", "course_for", "small_notebook"]

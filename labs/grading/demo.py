@@ -4,7 +4,10 @@
 dropped), as a student who got everything right would hand it in; :func:`make_class` writes
 a folder of such submissions, one per :data:`KINDS` entry, in nbgrader's layout
 (``<student>/<assignment>/<notebook>.ipynb``). Each bad kind spoils one exercise (or the lab,
-or the file) of an otherwise solved submission, so the grade shows that only that part lost.
+or the file) of an otherwise solved submission, so the grade shows that only that part lost;
+``hostile`` puts the answer cell of :func:`labs.grading.hostile.demo_code` there (it reads the
+answer key and the solved classmate, writes into ``/tmp`` and ``grades/``, calls the machine's
+Redis), to see with ``make grade`` that the sandbox lets none of it happen.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ import copy
 import functools
 import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
 
-from labs.grading import release
+from labs import notebook_release as release
+from labs.grading import hostile
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
@@ -94,7 +99,7 @@ SPOILERS: dict[str, Spoiler] = {
     "deleted-locked": delete_check,
     "edited-locked": edit_check,
 }
-KINDS = ("solved", "untouched", *SPOILERS, "invalid-json", "lab-never-exits")
+KINDS = ("solved", "untouched", *SPOILERS, "invalid-json", "lab-never-exits", "hostile")
 
 
 def write_submission(folder: Path, student: str, notebook_name: str, nb: NotebookNode | str,
@@ -109,28 +114,55 @@ def write_submission(folder: Path, student: str, notebook_name: str, nb: Noteboo
     return target
 
 
-def make_class(folder: Path, notebook_name: str, released: NotebookNode, reference: NotebookNode, kinds: Sequence[str],
-               exercise: str, *, lab1: bool = False) -> dict[str, str]:
-    """One submission per kind in ``folder`` (student ``NN-<kind>``); the kind spoils ``exercise``.
+@dataclass(frozen=True)
+class DemoNotebook:
+    """One notebook of a demo class: its name, the release, the reference, and the exercise the bad kinds spoil."""
 
-    With ``lab1`` the solved submission carries the reference ``lab1.py`` and ``lab-never-exits``
-    one that never returns. Returns student id -> kind.
-    """
-    students = {}
-    for index, kind in enumerate(kinds):
+    name: str
+    released: NotebookNode
+    reference: NotebookNode
+    exercise: str
+
+
+def hostile_targets(folder: Path, notebook: DemoNotebook, marker: str) -> hostile.Targets:
+    """Where the demo's hostile submission aims: the answer key, the solved classmate, ``grades/``, the machine's
+    Redis ports and ``/tmp``."""
+    return hostile.Targets(
+        answer_key=ROOT / "notebooks" / f"{notebook.name}.ipynb",
+        other_submission=folder / "s00-solved" / "workbook" / f"{notebook.name}.ipynb",
+        grades_dir=ROOT / "grades", submissions_dir=folder, marker=marker, port=6379, victim_pid=1,
+        exercise=notebook.exercise, answer_grade_id=release.ANSWER_PREFIX + release.safe_id(notebook.exercise))
+
+
+def _content(kind: str, notebook: DemoNotebook, folder: Path, marker: str) -> NotebookNode | str:
+    if kind == "untouched":
+        return copy.deepcopy(notebook.released)
+    if kind == "invalid-json":
+        return str(nbformat.writes(solved(notebook.released, notebook.reference)))[:-200]  # type: ignore[no-untyped-call]
+    content = solved(notebook.released, notebook.reference)
+    if kind == "hostile":
+        return spoil_answer(content, notebook.exercise, hostile.demo_code(hostile_targets(folder, notebook, marker)))
+    if kind in SPOILERS:
+        content = SPOILERS[kind](content, notebook.exercise)
+    return content
+
+
+def make_class(folder: Path, notebooks: Sequence[DemoNotebook], kinds: Sequence[str], *, students: int = 0,
+               lab1: bool = False, marker: str = "labs-grading-hostile") -> dict[str, str]:
+    """One submission per kind in ``folder`` (student ``sNN-<kind>``, ``students`` of them cycling through the
+    kinds when given); each holds every notebook, the kind spoiling its exercise. With ``lab1`` the solved
+    submission carries the reference ``lab1.py`` and ``lab-never-exits`` one that never returns. Returns student
+    id -> kind."""
+    made = {}
+    count = students or len(kinds)
+    for index in range(count):
+        kind = kinds[index % len(kinds)]
         student = f"s{index:02d}-{kind}"
-        students[student] = kind
-        if kind == "untouched":
-            content: NotebookNode | str = copy.deepcopy(released)
-        elif kind == "invalid-json":
-            content = nbformat.writes(solved(released, reference))[:-200]  # type: ignore[no-untyped-call]
-        else:
-            content = solved(released, reference)
-            if kind in SPOILERS:
-                content = SPOILERS[kind](content, exercise)
-        write_submission(folder, student, notebook_name, content)
+        made[student] = kind
+        for notebook in notebooks:
+            write_submission(folder, student, notebook.name, _content(kind, notebook, folder, marker))
         if lab1 and kind in ("solved", "invalid-json"):
             shutil.copy2(ROOT / "solutions" / "lab1.py", folder / student / "lab1.py")
         if lab1 and kind == "lab-never-exits":
             (folder / student / "lab1.py").write_text(NEVER_EXITS, encoding="utf-8")
-    return students
+    return made

@@ -1,104 +1,188 @@
-"""nbgrader's ``Execute`` that survives a dead kernel: that cell loses, the rest is still graded.
+"""nbgrader's execute step, done in the sandbox: only the outputs come back, the scoring stays outside.
 
-nbgrader 0.9 runs a notebook in one kernel; when it dies (``os._exit``, a segfault, the OOM
-killer) nbclient raises ``DeadKernelError`` and nbgrader drops the whole notebook. A
-notebook's exercises each need only the setup cell and their own cells
-(``notebooks/CONVENTIONS.md``), so :class:`ResilientExecute` records the death as an error
-output on the cell that caused it (:data:`DEAD_KERNEL`, a reason the feedback shows), marks the
-rest of that exercise's cells (its check included) as not run, starts a fresh kernel, re-runs a
-copy of the first code cell (the setup: ``r``, ``P``, ``REDIS_URL``) and goes on with the next
-exercise. Everything else is nbgrader's: timeouts interrupt the cell
-(``interrupt_on_timeout``), errors are allowed, scores come from the outputs.
+``nbgrader autograde`` runs its preprocessors in the grader's process: it restores locked cells
+from the gradebook, runs the notebook, then scores the graded cells by their outputs and saves
+the scores in the gradebook. :class:`SandboxedExecute` takes the place of nbgrader's ``Execute``
+(``nbgrader_config.py`` of :mod:`labs.grading.course`): it hands the notebook to a sandbox
+(:class:`~labs.grading.sandbox.Sandbox`, whose spec the grader writes and names in
+:data:`SPEC_VAR`), and copies back only what the kernel printed, cell by cell, into nbgrader's own
+copy, each output rebuilt field by field (:func:`clean_output`): the sources, the metadata, the
+points and the gradebook never come from inside.
+
+Cells the sandbox never reported (the notebook's wall limit, a report over its cap, a runner that
+was killed) get an error output that says why; an error caused by a sandbox limit (memory,
+processes, disk) gets the limit named after it (:func:`limit_hint`), so the feedback reads as a
+reason, not a riddle.
 """
 
 from __future__ import annotations
 
-import copy
+import json
 import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
 
-from jupyter_client.manager import KernelManager
-from nbclient import NotebookClient
-from nbclient.exceptions import DeadKernelError
+import nbformat
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
-from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from labs.grading.kernel import DEAD_KERNEL, error_output
+from labs.grading.limits import Limits
+from labs.grading.sandbox import RunReport, Sandbox, SandboxSpec
 
 log = logging.getLogger(__name__)
 
-DEAD_KERNEL = "DeadKernelError"
-MAX_RESTARTS = 10
+SPEC_VAR = "LABS_GRADING_SANDBOX_SPEC"
+NOT_RUN = "NotebookStopped"
+STREAMS = ("stdout", "stderr")
+LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3", "file_extension": ".py",
+                 "mimetype": "text/x-python", "codemirror_mode": {"name": "ipython", "version": 3}}
 
 
-def dead_kernel_output(index: int) -> NotebookNode:
-    """The error output that marks the cell whose run killed the kernel."""
-    output: NotebookNode = new_output(  # type: ignore[no-untyped-call]
-        "error",
-        ename=DEAD_KERNEL,
-        evalue=f"ядро Python умерло во время ячейки {index}: её результат потерян, дальше — новое ядро",
-        traceback=[f"{DEAD_KERNEL}: ядро умерло (ячейка {index}); следующие ячейки выполнены в новом ядре"],
-    )
-    return output
+def _text(value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(part, str) for part in value):
+        return "".join(value)
+    return None
 
 
-def not_run_output(dead_index: int) -> NotebookNode:
-    """The error output of a cell of the same exercise after the dead one: not run, so no points."""
-    output: NotebookNode = new_output(  # type: ignore[no-untyped-call]
-        "error",
-        ename=DEAD_KERNEL,
-        evalue=f"не выполнена: ядро умерло в ячейке {dead_index} этого задания",
-        traceback=[f"{DEAD_KERNEL}: не выполнена (ядро умерло в ячейке {dead_index} этого задания)"],
-    )
-    return output
+def _mime_bundle(data: object) -> dict[str, Any]:
+    bundle: dict[str, Any] = {}
+    if not isinstance(data, dict):
+        return bundle
+    for mime, value in data.items():
+        if not isinstance(mime, str) or "/" not in mime:
+            continue
+        if mime.endswith("json") and isinstance(value, dict | list):
+            bundle[mime] = json.loads(json.dumps(value))
+        elif (text := _text(value)) is not None:
+            bundle[mime] = text
+    return bundle
 
 
-class ResilientExecute(Execute):  # type: ignore[misc]
-    """``Execute`` with a fresh kernel (setup cell re-run) after a cell kills the kernel."""
-
-    def preprocess(self, nb: NotebookNode, resources: dict[str, object] | None = None,
-                   km: KernelManager | None = None) -> tuple[NotebookNode, dict[str, object]]:
-        NotebookClient.__init__(self, nb, km)
-        self.reset_execution_trackers()
-        self._check_assign_resources(resources)
-        setup_index = next((i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"), None)
-        start: int | None = 0
-        restarts = 0
-        while start is not None and restarts <= MAX_RESTARTS:
-            start = self._run_from(start, setup_index, resources)
-            restarts += start is not None
-        self.set_widgets_metadata()
-        return self.nb, self.resources
-
-    def _run_from(self, start: int, setup_index: int | None, resources: dict[str, object] | None) -> int | None:
-        """Run cells ``start..`` in one kernel; the index to resume at after a death, else None."""
-        with self.setup_kernel():
-            info = self.wait_for_reply(self.kc.kernel_info())
-            self.nb.metadata["language_info"] = info["content"]["language_info"]
-            if start and setup_index is not None and setup_index < start:
-                self._replay_setup(setup_index)
-            for index in range(start, len(self.nb.cells)):
-                try:
-                    self.preprocess_cell(self.nb.cells[index], resources, index)
-                except DeadKernelError:
-                    log.warning("the kernel died in cell %d; going on in a new kernel", index)
-                    self.nb.cells[index].setdefault("outputs", []).append(dead_kernel_output(index))
-                    return self._skip_rest_of_exercise(index)
+def clean_output(raw: object) -> NotebookNode | None:
+    """One output from the sandbox, rebuilt from the fields nbformat allows (None: not an output)."""
+    if not isinstance(raw, dict):
         return None
+    kind = raw.get("output_type")
+    output: NotebookNode
+    if kind == "stream":
+        text = _text(raw.get("text"))
+        if text is None:
+            return None
+        name = raw.get("name") if raw.get("name") in STREAMS else "stdout"
+        output = new_output("stream", name=name, text=text)  # type: ignore[no-untyped-call]
+    elif kind in ("display_data", "execute_result"):
+        metadata = raw.get("metadata")
+        extra: dict[str, Any] = {}
+        if kind == "execute_result":
+            count = raw.get("execution_count")
+            extra["execution_count"] = count if isinstance(count, int) and not isinstance(count, bool) else None
+        output = new_output(kind, data=_mime_bundle(raw.get("data")),  # type: ignore[no-untyped-call]
+                            metadata=json.loads(json.dumps(metadata)) if isinstance(metadata, dict) else {}, **extra)
+    elif kind == "error":
+        traceback = raw.get("traceback")
+        lines = [line for line in traceback if isinstance(line, str)] if isinstance(traceback, list) else []
+        output = new_output("error", ename=str(raw.get("ename", "")), evalue=str(raw.get("evalue", "")),  # type: ignore[no-untyped-call]
+                            traceback=lines)
+    else:
+        return None
+    return output
 
-    def _skip_rest_of_exercise(self, index: int) -> int:
-        """Mark the dead cell's exercise's later code cells as not run; the index of the next exercise's first."""
-        exercise = self.nb.cells[index].get("metadata", {}).get("exercise")
-        resume = index + 1
-        while exercise and resume < len(self.nb.cells) and self.nb.cells[resume].metadata.get("exercise") == exercise:
-            cell = self.nb.cells[resume]
-            if cell.cell_type == "code":
-                cell.outputs = [not_run_output(index)]
-            resume += 1
-        return resume
 
-    def _replay_setup(self, setup_index: int) -> None:
-        """Run a copy of the setup cell in the new kernel (the notebook keeps the first run's outputs)."""
-        replay = copy.deepcopy(self.nb.cells[setup_index])
-        try:
-            self.execute_cell(replay, setup_index, store_history=False)
-        except DeadKernelError:
-            log.warning("the kernel died again while re-running the setup cell")
+# (pattern in "ename: evalue", what the feedback adds): the sandbox's limits, named where a cell met one
+HINTS = (
+    (re.compile(r"^MemoryError"), "память песочницы: {memory_mb} МБ"),
+    (re.compile(r"Resource temporarily unavailable|^BlockingIOError: \[Errno 11\]"),
+     "предел процессов песочницы: {nproc}"),
+    (re.compile(r"No space left on device|Disk quota exceeded|^OSError: \[Errno 28\]"),
+     "диск песочницы: {disk_mb} МБ"),
+    (re.compile(r"(Connection refused|Network is unreachable|Name or service not known|"
+                r"Temporary failure in name resolution)"),
+     "в песочнице проверки доступен только свой Redis ($REDIS_URL), другие серверы и сеть — нет"),
+    (re.compile(r"Permission denied|Read-only file system"),
+     "песочница видит только свою папку, /tmp и пакеты курса"),
+)
+
+
+def limit_hint(output: NotebookNode, limits: Limits, report: RunReport) -> str | None:
+    """The sandbox limit an error output met, as a clause for the feedback (None: none)."""
+    if output.get("output_type") != "error":
+        return None
+    text = f"{output.get('ename', '')}: {output.get('evalue', '')}"
+    if output.get("ename") == DEAD_KERNEL and report.oom_kills:
+        return f"память песочницы исчерпана: {limits.memory_mb} МБ"
+    for pattern, hint in HINTS:
+        if pattern.search(text):
+            return hint.format(**limits.to_json())
+    return None
+
+
+def merge(nb: NotebookNode, reported: dict[int, dict[str, Any]], report: RunReport, limits: Limits) -> NotebookNode:
+    """nbgrader's copy ``nb`` with the reported outputs; cells the sandbox did not report get the reason."""
+    stopped_at: int | None = None
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        found = reported.get(index)
+        if found is None:
+            cell.outputs = [_not_run(report, limits, first=stopped_at is None)]
+            cell.execution_count = None
+            stopped_at = index if stopped_at is None else stopped_at
+            continue
+        outputs = [out for out in map(clean_output, found.get("outputs") or []) if out is not None]
+        for output in outputs:
+            if (hint := limit_hint(output, limits, report)) is not None:
+                output.evalue = f"{output.evalue} ({hint})"
+                if output.traceback:
+                    output.traceback = [*output.traceback, f"({hint})"]
+        cell.outputs = outputs
+        count = found.get("execution_count")
+        cell.execution_count = count if isinstance(count, int) and not isinstance(count, bool) else None
+    nb.metadata["language_info"] = dict(LANGUAGE_INFO)
+    return nb
+
+
+def _not_run(report: RunReport, limits: Limits, *, first: bool) -> NotebookNode:
+    if report.timed_out:
+        what = "выполнялась, когда" if first else "не выполнена:"
+        return error_output(NOT_RUN, f"{what} истёк предел ноутбука ({limits.notebook_timeout_s} с)")
+    note = report.limit_note(limits)
+    if note:
+        return error_output(NOT_RUN, f"не выполнена: {note}")
+    return error_output(NOT_RUN, f"не выполнена: песочница закончилась раньше (код {report.exit_code}; "
+                                 f"журнал {Path(report.log_path).name})")
+
+
+def run_in_sandbox(nb: NotebookNode, name: str, spec: SandboxSpec) -> tuple[NotebookNode, RunReport]:
+    """Run ``nb`` in a sandbox of ``spec``; nbgrader's copy with the outputs, and how the run went."""
+    box = Sandbox(spec)
+    limits = box.limits
+    source = Path(spec.root) / f"{name}.ipynb"
+    nbformat.write(nb, str(source))  # type: ignore[no-untyped-call]
+    reported: dict[int, dict[str, Any]] = {}
+
+    def on_event(event: dict[str, Any]) -> None:
+        index = event.get("index")
+        if event.get("event") == "cell" and isinstance(index, int) and 0 <= index < len(nb.cells):
+            reported[index] = event
+
+    report = box.run(name, "notebook", notebook=source, wall_s=limits.notebook_timeout_s, on_event=on_event)
+    source.unlink(missing_ok=True)
+    (Path(spec.root) / f"report-{name}.json").write_text(json.dumps(report.to_json()), encoding="utf-8")
+    return merge(nb, reported, report, limits), report
+
+
+class SandboxedExecute(NbGraderPreprocessor):  # type: ignore[misc]
+    """nbgrader's execute step, in the submission's sandbox (see the module docstring)."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:
+        spec = SandboxSpec.read(Path(os.environ[SPEC_VAR]))
+        name = str(resources.get("nbgrader", {}).get("notebook") or resources.get("unique_key") or "notebook")
+        nb, report = run_in_sandbox(nb, name, spec)
+        log.info("sandbox for %s: exit %s in %.1f s (log %s)", name, report.exit_code, report.wall_s, report.log_path)
+        return nb, resources

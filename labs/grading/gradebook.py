@@ -1,9 +1,10 @@
 """The class's gradebook as CSV: one file per student (``students.csv``) and per exercise (``exercises.csv``).
 
 ``lines.csv`` holds every line (student, part, item, score, max, reason, the check's message);
-``students.csv`` one row per student (total, maximum, percent, seconds it took, feedback
-pages); ``exercises.csv`` one row per exercise or lab check (how many passed, the mean score,
-the most common reason for a loss). All UTF-8 with a header, ready for a spreadsheet.
+``students.csv`` one row per student (total, maximum, percent, seconds it took, feedback pages,
+the folder of its logs); ``exercises.csv`` one row per exercise or lab check (how many passed,
+the mean score, the most common reason for a loss). All UTF-8 with a header, ready for a
+spreadsheet.
 """
 
 from __future__ import annotations
@@ -64,13 +65,13 @@ def write_gradebook(results: Sequence[Result], out_dir: Path) -> dict[str, Path]
                                  line.reason, line.message])
     with paths["students"].open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "score", "max_score", "percent", "seconds", "lost", "notes", "feedback"])
+        writer.writerow(["student", "score", "max_score", "percent", "seconds", "lost", "notes", "feedback", "logs"])
         for result in results:
             lost = "; ".join(f"{line.item}: {line.reason}" for line in result.lines if line.score < line.max_score)
             percent = 100.0 * result.score / result.max_score if result.max_score else 0.0
             writer.writerow([result.student, f"{result.score:g}", f"{result.max_score:g}", f"{percent:.0f}",
                              f"{result.seconds:.1f}", lost, "; ".join(result.notes),
-                             " ".join(str(path) for path in result.feedback)])
+                             " ".join(str(path) for path in result.feedback), result.log_dir or ""])
     with paths["exercises"].open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["part", "item", "passed", "failed", "graded", "mean_score", "max_score", "top_reason",
