@@ -91,6 +91,7 @@ class CellRecord:
     produce_end: float = 0.0
     fault_t: float | None = None
     promoted_t: float | None = None
+    replica_back_t: float | None = None  # a failover's old master back as a replica: the topology whole again
     settled_t: float | None = None
     acked_not_done: list[str] | None = None
     crash: CrashRecord | None = None

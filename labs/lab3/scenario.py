@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 30.0
 POLL_S = 0.25
+RECOVERY_LOAD_S = 5.0  # of load after a failover's topology is whole again (see Scenario.load)
+FAULT_OVERRUN_S = 60.0  # the most a failover may stretch the load past its duration (two failover timeouts)
 TAIL_LINES = 5  # of a worker that died at start, shown in the FAIL line
 Notify = Callable[[str, float], None]
 
@@ -149,21 +151,41 @@ class Phase:
                    f"{[c.name for c in self.cells if not sent(c)]})", 0.05, error=LabError)
 
     def load(self, t0: float) -> float:
-        """Run the producers for the mode's duration, with the fault; returns when they stopped."""
+        """Run the producers for the mode's duration, with the fault; returns when they stopped.
+
+        A failover's load goes on, past the duration if need be, until the topology is whole again (the
+        old master back as a replica) and ``RECOVERY_LOAD_S`` more: before that a producer that waits for
+        a replica (``+wait``) has nothing to confirm, and what it sends after is what shows it resumed.
+        A loaded CI machine once brought the old master back after the load had ended."""
         produce_s = self.s.produce_s_for(self.mode)
         faulted = self.mode == "normal"
-        for _ in every(POLL_S, produce_s - (time.time() - t0)):
+        for _ in every(POLL_S, produce_s + FAULT_OVERRUN_S - (time.time() - t0)):
             elapsed = time.time() - t0
             if not faulted and elapsed >= self.s.fault_at_s:
                 self.inject()
                 faulted = True
-            self.notify(f"{self.mode}: load {elapsed:.0f}/{produce_s:.0f} s", elapsed / produce_s)
+            if elapsed >= produce_s and self._fault_whole(time.time()):
+                break
+            self.notify(f"{self.mode}: load {elapsed:.0f}/{produce_s:.0f} s", min(1.0, elapsed / produce_s))
         for cell in self.cells:  # all at once: the cells stop together
             cell.signal_producer(signal.SIGINT)
         stopped = time.time()
         for cell in self.cells:
             cell.stop_producer()
         return stopped
+
+    def _fault_whole(self, now: float) -> bool:
+        """True when the load may end: not a failover, or its topology whole again ``RECOVERY_LOAD_S`` ago."""
+        if self.mode != "failover":
+            return True
+        back = self.fault.get("replica_back_after_s")
+        if back is None:
+            return not any(t.is_alive() for t in self._threads)  # the fault thread failed: nothing to wait for
+        return now >= float(self.fault["fault_t"]) + float(back) + RECOVERY_LOAD_S
+
+    def _replica_back_t(self) -> float | None:
+        back = self.fault.get("replica_back_after_s")
+        return None if back is None else self.fault["fault_t"] + back
 
     def inject(self) -> None:
         """The mode's fault, on a thread (the load and the progress go on meanwhile)."""
@@ -229,6 +251,7 @@ class Phase:
             produce_end=produce_end,
             fault_t=self.fault.get("fault_t"),
             promoted_t=self.fault.get("promoted_t"),
+            replica_back_t=self._replica_back_t(),
             settled_t=settled,
             acked_not_done=self.acked_not_done.get(cell.name),
             crash=self.crashes.get(cell.name),
