@@ -29,7 +29,7 @@ import pluggy
 import pytest
 import redis
 from monitoring_support import MonitoredStack
-from port_support import cluster_ports, session_ports, worker_share, worker_window
+from port_support import cluster_ports, worker_share, worker_window
 from require_support import fail_required_skip, required_areas, skip_area, tagged
 
 from labs.launcher import netns, ports, prom_binaries, topologies
@@ -49,22 +49,6 @@ class _Session:
     container: Any = None
     started_ticks: int = 0
     passed: bool = False
-
-
-EXPORTER_SLOTS = 16  # one exporter port per node of every topology (single, aof, sentinel, cluster: 13)
-
-
-def _free_ports_into_env() -> None:
-    """The session's topologies and monitoring on ports of this worker's own (see port_support)."""
-    singles = (ports.SINGLE_PORT_VAR, ports.AOF_PORT_VAR, ports.MASTER_PORT_VAR, ports.REPLICA_PORT_VAR,
-               ports.PROMETHEUS_PORT_VAR)
-    picked = session_ports(len(singles) + 3 + EXPORTER_SLOTS)
-    for var, port in zip(singles, picked, strict=False):
-        os.environ[var] = str(port)
-    os.environ[ports.SENTINEL_PORTS_VAR] = ",".join(map(str, picked[len(singles) : len(singles) + 3]))
-    # Cluster nodes also listen on port + 10000 (the cluster bus): both must be free.
-    os.environ[ports.CLUSTER_PORTS_VAR] = ",".join(map(str, cluster_ports(6)))
-    os.environ[ports.EXPORTER_PORTS_VAR] = ",".join(map(str, picked[len(singles) + 3 :]))
 
 
 def _docker_redis() -> tuple[str | None, str]:
@@ -125,10 +109,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     os.environ[netns.REGISTRY_VAR] = str(_Session.run_dir / "netns")
     # This worker's shares of the port windows, for whatever picks ports later in this process or its
     # children (a grading sandbox, the brokers, a notebook kernel): never another worker's reserved port.
-    for var, window in zip(ports.WINDOW_VARS, (worker_window(), worker_share(ports.session_port_window())),
+    for var, window in zip(ports.WINDOW_VARS, (worker_window(), worker_share(ports.suite_session_window())),
                            strict=True):
         os.environ[var] = f"{window.start}-{window.stop}"
-    _free_ports_into_env()
+    # The session's topologies and monitoring on ports of this worker's share (see port_support).
+    os.environ.update(ports.port_set())
     if url := os.environ.get("REDIS_URL"):
         _Session.url, _Session.source = url, "REDIS_URL"
         return

@@ -4,7 +4,9 @@ Cluster node and bus ports (:func:`labs.launcher.ports.cluster_port_window`) and
 a session's own topologies and monitoring (:func:`labs.launcher.ports.session_port_window`)
 come from below the kernel's ephemeral range, where only an explicit bind takes a port;
 splitting each window between the workers means two workers can never pick the same port,
-even one that is reserved in the environment and bound only later.
+even one that is reserved in the environment and bound only later. The workers split only the
+suite's part of each window (:func:`labs.launcher.ports.suite_cluster_window`,
+:func:`labs.launcher.ports.suite_session_window`): the rest is kept for runs outside the tests.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ def worker_share(window: range) -> range:
 
 
 def worker_window() -> range:
-    """This worker's share of the cluster port window."""
-    return worker_share(ports.cluster_port_window())
+    """This worker's share of the suite's cluster port window."""
+    return worker_share(ports.suite_cluster_window())
 
 
 def cluster_ports(n: int = 6) -> list[int]:
@@ -35,4 +37,4 @@ def cluster_ports(n: int = 6) -> list[int]:
 
 def session_ports(n: int) -> list[int]:
     """``n`` distinct free ports for the session's own topologies, in this worker's window."""
-    return ports.free_ports(n, worker_share(ports.session_port_window()))
+    return ports.free_ports(n, worker_share(ports.suite_session_window()))

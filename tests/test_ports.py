@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from port_support import session_ports
+from port_support import session_ports, worker_share, worker_window
 
 from labs.launcher import ports
 from labs.launcher.errors import LauncherError
@@ -38,3 +38,25 @@ def test_free_port_is_below_the_ephemeral_range_and_not_handed_out_twice() -> No
     window = range(picked[0], picked[0] + 1)  # the one port, free but just handed out
     with pytest.raises(LauncherError, match="no 1 free ports"):
         ports.free_ports(1, window)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4, 8])
+def test_runs_outside_the_tests_pick_where_no_worker_share_lies(monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """A ``make compare`` beside the suite took a port a worker had reserved for notebook 10's
+    exporter (FLAKES.md): without a share in the environment, a run picks in windows of its own,
+    disjoint from every worker's shares, node and cluster bus ports both."""
+    for var in ports.WINDOW_VARS:
+        monkeypatch.delenv(var, raising=False)
+    outside_cluster, outside_session = ports.cluster_port_window(), ports.session_port_window()
+    outside = {*outside_session, *outside_cluster, *(p + ports.CLUSTER_BUS_OFFSET for p in outside_cluster)}
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(workers))
+    for index in range(workers):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{index}")
+        cluster, session = worker_window(), worker_share(ports.suite_session_window())
+        reserved = {*session, *cluster, *(p + ports.CLUSTER_BUS_OFFSET for p in cluster)}
+        assert len(session) >= 100 and len(cluster) >= 100, (workers, index, session, cluster)
+        assert not outside & reserved, (f"worker {index} of {workers}: session {session}, cluster {cluster}; "
+                                        f"outside: session {outside_session}, cluster {outside_cluster}")
+    assert len(outside_session) >= 500 and len(outside_cluster) >= 500, (outside_session, outside_cluster)
+    picked = {int(p) for value in ports.port_set().values() for p in value.split(",")}
+    assert picked <= {*outside_session, *outside_cluster}, sorted(picked - {*outside_session, *outside_cluster})

@@ -6,7 +6,6 @@ real server: the session's for the live part, a port nobody listens on for the d
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from redis.exceptions import RedisClusterException
 from labs.exercises import attempts, student
 from labs.exercises.exercise import evaluate
 from labs.exercises.notebook import CheckFailed, check, find, with_retry
+from labs.launcher import ports
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,9 +36,7 @@ def shell(redis_url: str, key_prefix: str) -> Iterator[InteractiveShell]:
 
 
 def unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return ports.free_port()  # below the ephemeral range: no client socket is handed it meanwhile
 
 
 def run(ip: InteractiveShell, source: str, capsys: pytest.CaptureFixture[str]) -> tuple[Any, str]:

@@ -53,7 +53,6 @@ TAG_VAR = "LABS_GRADING_SANDBOX"
 SANDBOX_PORT = 6379
 RESULTS_LIMIT = 64 * MB  # a notebook's report: every cell's outputs, each already cut at output_kb
 LOG_LIMIT = 1 * MB  # what the log keeps of everything printed to stdout/stderr inside
-EXPORTER_SLOTS = 16
 KILL_GRACE_S = 10.0
 Event = dict[str, Any]
 
@@ -291,13 +290,7 @@ class Sandbox:
     def _unsafe_ports(self) -> dict[str, str]:
         """Host ports of its own for a notebook's topologies (no network namespace without the sandbox)."""
         if not self._lab_env:
-            singles = (ports.SINGLE_PORT_VAR, ports.AOF_PORT_VAR, ports.MASTER_PORT_VAR, ports.REPLICA_PORT_VAR,
-                       ports.PROMETHEUS_PORT_VAR)
-            picked = ports.free_ports(len(singles) + 3 + EXPORTER_SLOTS, ports.session_port_window())
-            self._lab_env = dict(zip(singles, map(str, picked), strict=False))
-            self._lab_env[ports.SENTINEL_PORTS_VAR] = ",".join(map(str, picked[len(singles): len(singles) + 3]))
-            self._lab_env[ports.EXPORTER_PORTS_VAR] = ",".join(map(str, picked[len(singles) + 3:]))
-            self._lab_env[ports.CLUSTER_PORTS_VAR] = ",".join(map(str, ports.free_cluster_ports(6)))
+            self._lab_env = ports.port_set()
         return self._lab_env
 
     # -- one job -------------------------------------------------------------------------------------------
@@ -322,7 +315,7 @@ class Sandbox:
             home, inside_input, port = bwrap.HOME, bwrap.INPUT, SANDBOX_PORT
         else:
             home, inside_input = str(run_dir / "home"), str(input_dir)
-            port = ports.free_ports(1, ports.session_port_window())[0]
+            port = ports.free_port()
         job = self._job(kind, notebook=notebook.name if notebook else None,
                         files=[n for n in names if notebook is None or n != notebook.name], command=command,
                         port=port, home=home, input_dir=inside_input)

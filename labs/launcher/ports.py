@@ -79,6 +79,9 @@ CLUSTER_WINDOW_WIDTH = 6000
 
 
 WINDOW_VARS = ("LAB_CLUSTER_PORT_WINDOW", "LAB_SESSION_PORT_WINDOW")  # "START-STOP": a share set by the tests
+# A quarter of each window is kept for runs outside a test session (no share in the environment);
+# the test session splits the rest between its workers (tests/port_support.py).
+OUTSIDE_SHARE = 4
 
 
 def _window_from_env(var: str) -> range | None:
@@ -97,11 +100,21 @@ def cluster_port_window() -> range:
     The kernel hands out ephemeral ports to every outgoing connection and to ``bind(0)``: a
     bus port picked inside that range can be taken by any client socket between the pick and
     the node's start. Below it, only an explicit bind takes a port. ``$LAB_CLUSTER_PORT_WINDOW``
-    narrows it to a share.
+    narrows it to a test worker's share; without it, a run outside the tests picks in the window's
+    top quarter (:func:`_outside_part`), which no worker's share overlaps.
     """
     if (share := _window_from_env(WINDOW_VARS[0])) is not None:
         return share
-    return _whole_cluster_window()
+    return _outside_part(_whole_cluster_window())
+
+
+def suite_cluster_window() -> range:
+    """The part of the cluster window a test session splits between its workers (or its own share,
+    in a session started inside one): never :func:`outside_part` of it, where runs outside the
+    tests pick."""
+    if (share := _window_from_env(WINDOW_VARS[0])) is not None:
+        return share
+    return _suite_part(_whole_cluster_window())
 
 
 def _whole_cluster_window() -> range:
@@ -135,8 +148,9 @@ _recent: collections.deque[int] = collections.deque(maxlen=RECENT_PICKS)  # this
 
 
 def session_port_window() -> range:
-    """Ports for a test session's own topologies and monitoring: just below the cluster window,
-    so below the ephemeral range too.
+    """Ports for servers a run starts itself (topologies, monitoring, brokers): just below the
+    cluster window, so below the ephemeral range too; ``$LAB_SESSION_PORT_WINDOW`` (a test
+    worker's share) if set, else the window's top quarter, kept for runs outside the tests.
 
     A port picked with ``bind(0)`` and started minutes later (a notebook's topology) is free
     only at the pick: the kernel may hand the same number to another process's ``bind(0)`` or
@@ -145,8 +159,31 @@ def session_port_window() -> range:
     """
     if (share := _window_from_env(WINDOW_VARS[1])) is not None:
         return share
+    return _outside_part(_whole_session_window())
+
+
+def suite_session_window() -> range:
+    """The part of the session window a test session splits between its workers (see
+    :func:`suite_cluster_window`)."""
+    if (share := _window_from_env(WINDOW_VARS[1])) is not None:
+        return share
+    return _suite_part(_whole_session_window())
+
+
+def _whole_session_window() -> range:
     cluster = _whole_cluster_window()
     return range(max(1024, cluster.start - SESSION_WINDOW_WIDTH), cluster.start)
+
+
+def _suite_part(window: range) -> range:
+    return range(window.start, window.stop - len(window) // OUTSIDE_SHARE)
+
+
+def _outside_part(window: range) -> range:
+    """The top of ``window``, for runs outside the tests (no share in the environment): a ``make
+    compare`` or a grading run beside a test session never takes a port a worker reserved
+    (an exporter port of notebook 10's setup was taken so)."""
+    return range(window.stop - len(window) // OUTSIDE_SHARE, window.stop)
 
 
 def free_ports(n: int, window: range) -> list[int]:
@@ -161,6 +198,23 @@ def free_ports(n: int, window: range) -> list[int]:
                 _recent.extend(picked)
                 return picked
     raise LauncherError(f"no {n} free ports in {window.start}-{window.stop - 1}")
+
+
+EXPORTER_SLOTS = 16  # one exporter port per node of every topology (single, aof, sentinel, cluster: 13)
+_SINGLE_VARS = (SINGLE_PORT_VAR, AOF_PORT_VAR, MASTER_PORT_VAR, REPLICA_PORT_VAR, PROMETHEUS_PORT_VAR)
+
+
+def port_set() -> dict[str, str]:
+    """Every ``LAB_*_PORT(S)`` variable of :data:`DEFAULTS` on free ports of this process's windows
+    (:func:`session_port_window`, :func:`cluster_port_window`): the environment for a run's own
+    topologies and monitoring beside others (a test worker's session, a grading job without the
+    sandbox's network namespace). Cluster nodes get free bus ports (+10000) as well."""
+    picked = free_ports(len(_SINGLE_VARS) + 3 + EXPORTER_SLOTS, session_port_window())
+    env = dict(zip(_SINGLE_VARS, map(str, picked), strict=False))
+    env[SENTINEL_PORTS_VAR] = ",".join(map(str, picked[len(_SINGLE_VARS):len(_SINGLE_VARS) + 3]))
+    env[EXPORTER_PORTS_VAR] = ",".join(map(str, picked[len(_SINGLE_VARS) + 3:]))
+    env[CLUSTER_PORTS_VAR] = ",".join(map(str, free_cluster_ports(6)))
+    return env
 
 
 def _bindable(port: int) -> bool:
