@@ -50,8 +50,9 @@ def _verify_soft_limit(ns: Mapping[str, object]) -> str:
     over_s, cut_s = ns["soft_over_s"], number(ns["soft_cut_s"], "soft_cut_s")
     expect(
         over_s is not None,
-        "`soft_over_s` пуст: отметьте момент, когда `omem` подписчика в `CLIENT LIST` впервые превысил 256 КБ "
-        "(ищите его по имени `soft_name` после каждого `PUBLISH`).",
+        "`soft_over_s` пуст: `omem` подписчика ни разу не был замечен выше 256 КБ. Смотрите его в `CLIENT LIST` "
+        "(по имени `soft_name`) после каждого `PUBLISH`; если вы так и делали, соединение рвалось в самый момент "
+        "перехода — так работает жёсткий предел, а мягкий — третье и четвёртое числа (жёсткий — 0).",
     )
     over = number(over_s, "soft_over_s")
     gap_s = cut_s - over
