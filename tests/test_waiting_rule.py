@@ -40,8 +40,6 @@ ALLOWED: dict[str, str] = {
     "solutions/ledger.py::Ledger._db": "solutions/: the WAL switch's busy bound",
     # Others' files (issue 41, item 4: their owners move these onto labs/polling.py).
     "labs/compare/producer.py::*": "the broker comparison's owner",
-    "labs/exercises/attempts.py::*": "the exercises' owner",
-    "labs/grading/sandbox.py::*": "the grading sandbox's owner",
     "tests/browser_support.py::*": "the browser tests' owner",
     "tests/test_browser.py::*": "the browser tests' owner",
     "tests/test_browser_dashboard.py::*": "the browser tests' owner",

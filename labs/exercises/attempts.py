@@ -42,6 +42,8 @@ from typing import Any, Literal
 
 import nbformat
 
+from labs.polling import poll
+
 SOURCE_DIR = Path(__file__).resolve().parents[2] / "notebooks"  # as edition.SOURCE_DIR, without nbconvert's import
 Role = Literal["prepare", "solution", "check"]
 _CHECK_CALL = re.compile(r"^check\(\s*[\"'](?P<id>\d{2}\.\d+)[\"']", re.MULTILINE)
@@ -176,17 +178,17 @@ def _kill(pids: dict[int, str]) -> list[int]:
     for pid in killed:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + KILL_WAIT_S
-    for pid in killed:
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError, OSError):
-                if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                    break
-            fields = _stat(pid)
-            if fields is None or fields[0] == "Z":
-                break
-            time.sleep(0.02)
+    poll(lambda: all(map(_gone, killed)), KILL_WAIT_S, poll_s=0.02)
     return killed
+
+
+def _gone(pid: int) -> bool:
+    """Reaped now (our child), or no longer running (gone, or a zombie of another parent)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    fields = _stat(pid)
+    return fields is None or fields[0] == "Z"
 
 
 def _tasks() -> set[asyncio.Task[Any]]:

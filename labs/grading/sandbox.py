@@ -54,6 +54,7 @@ SANDBOX_PORT = 6379
 RESULTS_LIMIT = 64 * MB  # a notebook's report: every cell's outputs, each already cut at output_kb
 LOG_LIMIT = 1 * MB  # what the log keeps of everything printed to stdout/stderr inside
 KILL_GRACE_S = 10.0
+EXITED_GRACE_S = 1.0  # what a job that exited with its report closed gets to finish its log
 Event = dict[str, Any]
 
 
@@ -181,33 +182,42 @@ class _Reader:
         """Read both pipes until they close; at ``deadline`` (checked even while output floods in) ``stop`` the
         job and read what is left for a grace period. Once the job itself ``exited`` and its report closed, a
         process it left holding the log (unsandboxed only) is not waited for."""
-        stopping_at: float | None = None
         with selectors.DefaultSelector() as selector:
             for fd in self.fds:
                 os.set_blocking(fd, False)
                 selector.register(fd, selectors.EVENT_READ)
-            while selector.get_map():
-                now = time.monotonic()
-                if stopping_at is None and now >= deadline:
-                    self.report.timed_out = True
-                    stop()
-                    stopping_at = now
-                if stopping_at is not None and now - stopping_at > KILL_GRACE_S:
-                    break
-                if "results" not in {self.fds[int(key.fd)] for key in selector.get_map().values()} and exited():
-                    stopping_at = stopping_at if stopping_at is not None else now - KILL_GRACE_S + 1.0
-                for key, _ in selector.select(timeout=min(0.5, seconds_left(deadline) or 0.5)):
-                    fd = int(key.fd)
-                    try:
-                        chunk = os.read(fd, 1 << 16)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        selector.unregister(fd)
-                    elif self.fds[fd] == "results":
-                        self._results(chunk, stop)
-                    else:
-                        self._log(chunk)
+            if not poll(lambda: self._read(selector, deadline, stop) or (not self._open(selector, "results")
+                                                                          and exited()),
+                        seconds_left(deadline), poll_s=0.0):
+                self.report.timed_out = True
+                stop()
+                grace_s = KILL_GRACE_S
+            else:
+                grace_s = EXITED_GRACE_S  # closed (nothing left to read), or exited with its report closed
+            end = time.monotonic() + grace_s
+            poll(lambda: self._read(selector, end, stop), grace_s, poll_s=0.0)
+
+    def _open(self, selector: selectors.BaseSelector, name: str) -> bool:
+        return name in {self.fds[int(key.fd)] for key in selector.get_map().values()}
+
+    def _read(self, selector: selectors.BaseSelector, until: float, stop: Callable[[], None]) -> bool:
+        """One round: read what the pipes hold, waiting at most half a second (never past ``until``) for
+        some; True once both pipes closed."""
+        if not selector.get_map():
+            return True
+        for key, _ in selector.select(timeout=min(0.5, seconds_left(until))):
+            fd = int(key.fd)
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                selector.unregister(fd)
+            elif self.fds[fd] == "results":
+                self._results(chunk, stop)
+            else:
+                self._log(chunk)
+        return not selector.get_map()
 
     def _results(self, chunk: bytes, stop: Callable[[], None]) -> None:
         self.results_bytes += len(chunk)
