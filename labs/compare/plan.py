@@ -1,7 +1,8 @@
 """The workload of one comparison: which cases run, at which scale, in which order.
 
 :func:`cases` is ``make compare``'s plan (``quick`` a short run); :func:`load_cases` makes the
-latency-under-load cases of one row from its measured maximum (so it runs after the sweep).
+latency-under-load cases of one row from its measured maximum and :func:`profile_cases` the profiled
+publish at its best window (so both run after the sweep).
 Notebook 11 takes :func:`notebook_cases`, a short run whose scale it states.
 """
 
@@ -15,6 +16,10 @@ PREFETCHES = (16, 100, 300)
 LOAD_SHARES = (0.25, 0.5, 0.75, 0.9)  # offered rates, as shares of the row's measured end-to-end maximum
 MEMORY_QUICK = (5_000, 20_000)
 MEMORY_FULL = (20_000, 100_000)
+# events of a windowed publish: enough that the fastest row publishes for 0.1 s or more, so its CPU per
+# message is measured over many scheduler slices (800 took 35 ms at 23,000/s)
+WINDOWED_EVENTS_QUICK = 3000
+WINDOWED_EVENTS_FULL = 8000
 
 
 def window_cases(windows: tuple[int, ...], events: int, one_in_flight_events: int) -> list[Case]:
@@ -27,7 +32,7 @@ def cases(quick: bool) -> list[Case]:
     k = 1 if quick else 10
     windows = WINDOWS_QUICK if quick else WINDOWS_FULL
     return [
-        *window_cases(windows, 800 * k, 150 * k),
+        *window_cases(windows, WINDOWED_EVENTS_QUICK if quick else WINDOWED_EVENTS_FULL, 150 * k),
         *[Case(f"prefetch-{p}", 800 * k, hold=True, window=256, prefetch=p) for p in PREFETCHES],
         Case("latency", 50 * k, rate_per_s=50),
         Case("leader-kill", 60 * k, rate_per_s=30, kill_leader_at_s=1.0 * k),
@@ -78,3 +83,20 @@ def load_cases(rows: list[Row], broker: str, *, seconds: float) -> list[Case]:
         name = f"load-{round(share * 100)}pct"  # a queue's name too: RabbitMQ refuses a '%' in it
         out.append(Case(name, max(20, round(rate * seconds)), rate_per_s=rate, window=window))
     return out
+
+
+def best_window(rows: list[Row], broker: str) -> int | None:
+    """The window of the row's fastest windowed publish (window > 1) in the sweep, None without one."""
+    sweep = [r for r in rows if r.get("broker") == broker and "error" not in r
+             and str(r.get("case", "")).startswith("window-") and (r.get("window") or 1) > 1]
+    best = max(sweep, key=lambda r: r.get("publish_per_s") or 0.0, default=None)
+    return int(best.get("window") or 1) if best else None
+
+
+def profile_cases(rows: list[Row], broker: str, *, quick: bool) -> list[Case]:
+    """The row's publish at its best window again under cProfile (the client's own time per function)."""
+    window = best_window(rows, broker)
+    if window is None:
+        return []
+    events = WINDOWED_EVENTS_QUICK if quick else WINDOWED_EVENTS_FULL
+    return [Case(f"profile-{window}", events, hold=True, window=window, profile=True)]

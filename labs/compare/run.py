@@ -1,10 +1,12 @@
 """``make compare``: every case on every row, interleaved (case by case, row by row), one report.
 
 Writes ``reports/compare-<timestamp>/report.{md,json,html}``: the durability of each row, the
-publish window sweep and where each row stops growing, the prefetch sweep, latency under load,
-memory at two backlog sizes, the faults, Kafka's documented column, and plotly charts. Every
-cluster is started on free ports (below the ephemeral range) and stopped at the end. The expected
-faults' library noise goes to ``scenario.log`` beside the report (:mod:`labs.compare.scenario_log`).
+publish window sweep and where each row stops growing, with the CPU each publish cost and each row's
+ceiling (:func:`labs.compare.summary.ceiling`), the client's profile at the best window
+(``profile-<row>.txt`` beside the report), the prefetch sweep, latency under load, memory at two
+backlog sizes, the faults, Kafka's documented column, and plotly charts. Every cluster is started on
+free ports (below the ephemeral range) and stopped at the end. The expected faults' library noise
+goes to ``scenario.log`` beside the report (:mod:`labs.compare.scenario_log`).
 """
 
 from __future__ import annotations
@@ -64,9 +66,12 @@ async def _run_all(sites: Sites, kinds: tuple[str, ...], cases: list[Case], sett
 
 
 async def _run_with_load(sites: Sites, kinds: tuple[str, ...], cases: list[Case], settings: Settings, work: Path,
-                         progress: Progress, load_s: float) -> list[Row]:
-    """The plan, then each row's latency-under-load cases at shares of the maximum it just measured."""
+                         progress: Progress, load_s: float, quick: bool) -> list[Row]:
+    """The plan, then each row's profiled publish at its best window and its latency-under-load cases at
+    shares of the maximum it just measured."""
     rows = await _run_all(sites, kinds, cases, settings, work, progress)
+    for kind in kinds:
+        rows += await _run_all(sites, (kind,), plan.profile_cases(rows, kind, quick=quick), settings, work, progress)
     for kind in kinds:
         rows += await _run_all(sites, (kind,), plan.load_cases(rows, kind, seconds=load_s), settings, work, progress)
     return rows
@@ -86,6 +91,12 @@ def build_report(rows: list[Row], elapsed_s: float, quick: bool, settings: Setti
         "window 1 is one event in flight: «задержка подтверждённой публикации» (the confirmed-publish round "
         "trip), not throughput. Windowed: aio-pika confirms gathered over the window, nats-py publish_async, "
         "redis-py a pipeline of XADDs and one WAIT; an unconfirmed event goes again with the next window.",
+        "CPU of each throughput run (window sweep): the client is this process (time on a CPU of all its threads, "
+        "from /proc/<pid>/task/*/schedstat), the broker every server process of the row's cluster with its process "
+        "group, other work the rest of the machine's busy time (/proc/stat) over the same publish; cores = CPU "
+        "seconds / wall seconds. The ceiling is the lowest of 1 / client CPU per message, 1 / the busiest broker "
+        "process's CPU per message (one core each) and cores / (client + broker CPU per message); a profiled publish "
+        "(cProfile, profile-<row>.txt) is a run of its own, its rate not a throughput figure.",
         "charges/s is bounded by the one handler and SQLite ledger every row runs (a transaction per charge), "
         "not by the broker: the prefetch sweep shows how little the broker's side moves it.",
         "failover gaps are each server's default timers on a clean kill -9: Sentinel down-after-milliseconds "
@@ -147,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 with Progress(console=console) as progress:
                     load_s = LOAD_SECONDS_QUICK if args.quick else LOAD_SECONDS_FULL
                     rows = asyncio.run(_run_with_load(sites, kinds, cases(args.quick), settings, work, progress,
-                                                      load_s))
+                                                      load_s, args.quick))
             finally:
                 sites.stop()
             if not args.no_partition:
@@ -155,10 +166,22 @@ def main(argv: list[str] | None = None) -> int:
         report = build_report(rows, time.monotonic() - started, args.quick, settings)
         paths = write_report(report)
         (paths.markdown.parent / "scenario.log").write_bytes(log_path.read_bytes())
+        write_profiles(rows, paths.markdown.parent)
     print_report(console, report, max_rows=60)
     took_s = time.monotonic() - started
     console.print(f"report: {paths.markdown} (also .json, .html, scenario.log); took {took_s:.0f} s")
     return 0 if report.passed else 1
+
+
+def write_profiles(rows: list[Row], folder: Path) -> list[Path]:
+    """``profile-<row>.txt`` in ``folder`` for every profiled publish (the client's pstats listing)."""
+    written = []
+    for r in rows:
+        if "error" not in r and str(r["case"]).startswith("profile-") and r.get("profile_text"):
+            path = folder / f"profile-{r['broker'].replace('+', '-')}.txt"
+            path.write_text(summary.profile_text(r))
+            written.append(path)
+    return written
 
 
 def _partition_rows(kinds: tuple[str, ...], settings: Settings, work: Path, console: Console) -> list[Row]:

@@ -21,8 +21,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
+from labs.compare import client_profile, cpu
+from labs.compare.client_profile import ProfileLine
 from labs.compare.consumer import Charger, Tally, consume
 from labs.compare.contract import Broker, Event, Settings
+from labs.compare.cpu import CpuFigures
 from labs.compare.producer import ProduceLog, make_events, produce, produce_windowed
 from labs.compare.sites import Site
 from labs.polling import poll_async, poll_value_async
@@ -86,6 +89,9 @@ class Row(TypedDict, total=False):
     charge_times_s: list[float]  # each charge, in s from the case's start (the ledger's charged_at)
     kill_at_s: float  # the leader's kill, in s from the case's start
     latencies_ms: list[float]  # produce -> charge of each first charge (the consumers' tally)
+    cpu: CpuFigures  # a held windowed publish: the client's, the broker's and the machine's CPU over it
+    profile_top: list[ProfileLine]  # a profiled publish: the client's functions by own time
+    profile_text: str  # the same as pstats prints it (make compare writes it beside the report)
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,7 @@ class Case:
     drain_timeout_s: float = 60.0
     produce_deadline_s: float = 120.0  # the producer stops re-sending after this (the rest: gave up)
     restart_killed: bool = True  # start the killed leader again once the case is over (every broker alike)
+    profile: bool = False  # the held publish under cProfile (a run of its own: the profiler slows the client)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -119,6 +126,31 @@ async def _publish(producer: Broker, events: list[Event], case: Case) -> Produce
         return await produce_windowed(producer, events, window=case.window, rate_per_s=case.rate_per_s,
                                       deadline_s=case.produce_deadline_s)
     return await produce(producer, events, rate_per_s=case.rate_per_s, deadline_s=case.produce_deadline_s)
+
+
+async def _measured_publish(site: Site, producer: Broker, events: list[Event], case: Case) -> tuple[ProduceLog, Row]:
+    """The held publish with the CPU the client, the row's broker processes and the machine spent on it
+    (:mod:`labs.compare.cpu`), under cProfile when ``case.profile``."""
+    pids = await asyncio.to_thread(site.pids)
+    before = cpu.snapshot(pids)
+    if case.profile:
+        plog, profiler = await client_profile.profiled(_publish(producer, events, case))
+    else:
+        plog = await _publish(producer, events, case)
+    measured: Row = {"cpu": cpu.figures(before, cpu.snapshot(pids), len(plog.confirmed))}
+    if case.profile:
+        measured["profile_top"], measured["profile_text"] = client_profile.top(profiler)
+    return plog, measured
+
+
+async def _publish_first(site: Site, producer: Broker, events: list[Event], case: Case) -> tuple[ProduceLog, Row]:
+    """Everything published before any consumer starts; a windowed one is a throughput run, its CPU measured."""
+    if case.hold and case.window:
+        plog, measured = await _measured_publish(site, producer, events, case)
+    else:
+        plog, measured = await _publish(producer, events, case), {}
+    measured["backlog_held"] = await producer.backlog()
+    return plog, measured
 
 
 async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> Row:
@@ -147,8 +179,8 @@ async def run_case(site: Site, case: Case, settings: Settings, work: Path) -> Ro
                 "broker_dead_letters": producer.broker_dead_letters}
     plog: ProduceLog | None = None
     if case.hold or case.crash_consumer:  # everything published first (the crash case: then the crasher alone)
-        plog = await _publish(producer, events, case)
-        row["backlog_held"] = await producer.backlog()
+        plog, measured = await _publish_first(site, producer, events, case)
+        row |= measured
     crash_at = 0.0
     if case.crash_consumer:  # it charges, dies unacked
         crash_at = await _crash_time(_spawn_crasher(site, queue, ledger, settings))

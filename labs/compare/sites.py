@@ -1,7 +1,8 @@
 """Where each row's broker runs: the clusters of one comparison, started on free ports under one folder.
 
 A cluster is a :class:`SiteCluster`: it starts (its :class:`~labs.compare.registry.BrokerAddress`),
-names and kills the leader of a queue with SIGKILL, restarts it, reads its processes' RSS and stops.
+names and kills the leader of a queue with SIGKILL, restarts it, reads its processes' RSS, names their
+pids (:mod:`labs.compare.cpu` reads their CPU) and stops.
 :data:`CLUSTERS` builds one by name; :class:`Site` pairs a row of :data:`labs.compare.registry.ROWS`
 with its cluster. Every port is picked free (below the ephemeral range), never a lab's default.
 """
@@ -51,6 +52,10 @@ class SiteCluster(Protocol):
 
     def rss_bytes(self) -> int: ...
 
+    def pids(self) -> dict[str, int | None]:
+        """Every server process of the cluster: a label (its name, the Redis master marked) -> its pid."""
+        ...
+
     def stop(self) -> list[int]: ...
 
 
@@ -98,6 +103,15 @@ class RedisSite:
     def rss_bytes(self) -> int:
         return sum(rss_bytes(p.pid()) for p in self._topo.servers)
 
+    def pids(self) -> dict[str, int | None]:
+        topo = self._topo
+        try:
+            master = topo.master_addr()[1]
+        except Exception:  # no quorum answer just now: the labels go without the role
+            log.info("no master named for the CPU labels", exc_info=True)
+            master = 0
+        return {p.name + (" (master)" if p.port == master else ""): p.pid() for p in topo.processes}
+
     def stop(self) -> list[int]:
         return self.topo.stop() if self.topo else []
 
@@ -129,6 +143,9 @@ class RabbitSite:
 
     def rss_bytes(self) -> int:
         return int(self._cluster.rss_total_bytes())
+
+    def pids(self) -> dict[str, int | None]:
+        return {n.name: n.pid() for n in self._cluster.nodes}
 
     def stop(self) -> list[int]:
         return self.cluster.stop() if self.cluster else []
@@ -167,6 +184,9 @@ class NatsSite:
     def rss_bytes(self) -> int:
         return int(self._cluster.rss_total_bytes())
 
+    def pids(self) -> dict[str, int | None]:
+        return {p.name: p.pid() for p in self._cluster.servers}
+
     def stop(self) -> list[int]:
         return self.cluster.stop() if self.cluster else []
 
@@ -203,6 +223,9 @@ class Site:
 
     def rss_bytes(self) -> int:
         return self.cluster.rss_bytes()
+
+    def pids(self) -> dict[str, int | None]:
+        return self.cluster.pids()
 
 
 @dataclass
