@@ -86,8 +86,9 @@ def test_a_process_gone_between_snapshots_is_left_out_and_nothing_goes_negative(
 
 
 def _fig(wall_s: float, messages: int, client: float, broker: float, busiest: float, others: float,
-         busiest_name: str = "redis-7000 (master)") -> CpuFigures:
-    return CpuFigures(wall_s=wall_s, messages=messages, client_cpu_s=client, client_wait_s=0.0, broker_cpu_s=broker,
+         busiest_name: str = "redis-7000 (master)", client_wait: float = 0.0) -> CpuFigures:
+    return CpuFigures(wall_s=wall_s, messages=messages, client_cpu_s=client, client_wait_s=client_wait,
+                      broker_cpu_s=broker,
                       broker_wait_s=0.0, busiest=busiest_name, busiest_cpu_s=busiest,
                       machine_busy_s=client + broker + others, others_cpu_s=others, cores=2, load_1m=4.5)
 
@@ -128,10 +129,13 @@ def test_a_saturated_broker_process_is_named_by_its_label() -> None:
 
 
 def test_full_cores_with_other_work_and_a_wait_for_confirms_are_told_apart() -> None:
-    machine = _rows("nats", 700.0, 2800.0, _fig(1.0, 2800, 0.6, 0.5, 0.3, 0.8, busiest_name="nats-4222"))
+    machine = _rows("nats", 700.0, 2800.0, _fig(1.0, 2800, 0.6, 0.5, 0.3, 0.8, busiest_name="nats-4222",
+                                                client_wait=0.35))
     (b,) = summary.bounds(machine)
     assert b.saturated == "machine", b
-    assert "the machine's cores were full: client 0.60, broker 0.50, other work 0.80 of 2" in summary.why(b)
+    text = summary.why(b)
+    assert "the machine's cores were full: client 0.60, broker 0.50, other work 0.80 of 2" in text, text
+    assert "The client spent 35% of the time waiting for a free core." in text, text
     waiting = _rows("nats+always", 500.0, 2000.0, _fig(1.0, 2000, 0.3, 0.4, 0.2, 0.1, busiest_name="nats-4222"),
                     p50_ms=120.0)
     (w,) = summary.bounds(waiting)
@@ -147,7 +151,7 @@ def test_rows_without_cpu_figures_have_no_bound_and_the_sweep_keeps_its_first_co
                        {"broker": "redis", "case": "window-256", "window": 256, "publish_per_s": 9000.0}]
     assert summary.bounds(rows) == [] and not summary.ceiling(rows).rows
     sweep = summary.window_sweep(rows)
-    assert sweep.rows[1][:4] == ("redis", 256, 9000.0, 10.0) and sweep.rows[1][6:] == (None,) * 10
+    assert sweep.rows[1][:4] == ("redis", 256, 9000.0, 10.0) and sweep.rows[1][6:] == (None,) * 8
     assert len(sweep.columns) == len(sweep.rows[0]) == len(summary.window_sweep(rows, "ru").columns)
 
 

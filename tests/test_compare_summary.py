@@ -61,3 +61,12 @@ def test_the_durability_table_speaks_russian_in_the_notebook_and_english_in_the_
     (ru,) = summary.durability([row], "ru").rows
     assert ru == ("nats", "NATS 2.15.1", 3, "раз в 2 минуты", "PubAck от большинства", "консьюмер")
     assert summary.durability([row]).rows[0][3:] == ("every 2 minutes", "PubAck once a majority has it", "the consumer")
+
+
+def test_kafkas_column_says_documented_not_measured_in_english_and_in_russian() -> None:
+    from labs.compare import kafka
+
+    en, ru = kafka.column(), kafka.column("ru")
+    assert len(en) == len(ru) and all(kafka.NOT_MEASURED in text for text in en.values()), en
+    assert all(kafka.NOT_MEASURED_RU in text and kafka.NOT_MEASURED not in text for text in ru.values()), ru
+    assert set(ru) == set(kafka.TOPICS_RU.values()) and all(cell.text_ru for cell in kafka.CELLS)

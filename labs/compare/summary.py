@@ -103,21 +103,22 @@ def durability(rows: Sequence[Row], lang: str = "en") -> Table:
 
 
 def _cpu_cells(r: Row) -> tuple[object, ...]:
-    """A throughput run's CPU: publish ms, client and broker µs per message, client, broker, busiest
-    process and other work in cores, the client's run-queue wait as a share of the publish, load."""
+    """A throughput run's CPU: publish ms, client and broker µs per message, client, broker and other work
+    in cores, the client's run-queue wait as a share of the publish, the load average (the busiest broker
+    process is in :func:`ceiling`)."""
     fig = r.get("cpu")
     if not fig:
-        return (None,) * 10
+        return (None,) * 8
     wait = fig["client_wait_s"]
     return (round(fig["wall_s"] * 1000, 1), per_message_us(fig, fig["client_cpu_s"]),
             per_message_us(fig, fig["broker_cpu_s"]), share(fig, fig["client_cpu_s"]),
-            share(fig, fig["broker_cpu_s"]), fig["busiest"], share(fig, fig["busiest_cpu_s"]),
-            share(fig, fig["others_cpu_s"]), share(fig, wait) if wait is not None else None, fig["load_1m"])
+            share(fig, fig["broker_cpu_s"]), share(fig, fig["others_cpu_s"]),
+            share(fig, wait) if wait is not None else None, fig["load_1m"])
 
 
 def _cpu_columns(w: dict[str, str]) -> tuple[str, ...]:
-    return (w["wall_ms"], w["client_us"], w["broker_us"], w["client_cores"], w["broker_cores"], w["busiest"],
-            w["busiest_cores"], w["others_cores"], w["client_wait"], w["load"])
+    return (w["wall_ms"], w["client_us"], w["broker_us"], w["client_cores"], w["broker_cores"], w["others_cores"],
+            w["client_wait"], w["load"])
 
 
 def window_sweep(rows: Sequence[Row], lang: str = "en") -> Table:
@@ -176,6 +177,7 @@ class Bound:
     others_cores: float  # the machine's other work over the same publish
     cores: int
     load_1m: float
+    client_waited: float | None = None  # the share of the publish the client waited in the run queue for a CPU
 
     @property
     def factor(self) -> float:
@@ -235,7 +237,8 @@ def bound(one: Row, best: Row) -> Bound | None:
                  client_us=us(fig["client_cpu_s"]), broker_us=us(fig["broker_cpu_s"]), busiest=fig["busiest"],
                  busiest_us=us(fig["busiest_cpu_s"]), client_cores=cores(fig["client_cpu_s"]),
                  broker_cores=cores(fig["broker_cpu_s"]), busiest_cores=cores(fig["busiest_cpu_s"]),
-                 others_cores=cores(fig["others_cpu_s"]), cores=fig["cores"], load_1m=fig["load_1m"])
+                 others_cores=cores(fig["others_cpu_s"]), cores=fig["cores"], load_1m=fig["load_1m"],
+                 client_waited=None if fig["client_wait_s"] is None else cores(fig["client_wait_s"]))
 
 
 def bounds(rows: Sequence[Row]) -> list[Bound]:
@@ -287,6 +290,9 @@ def why(b: Bound, lang: str = "en") -> str:
                 f"{b.broker_cores:.2f}, прочая работа {b.others_cores:.2f} из {b.cores} (load {b.load_1m})." if ru
                 else f" No process filled a core, but the machine's cores were full: client {b.client_cores:.2f}, "
                 f"broker {b.broker_cores:.2f}, other work {b.others_cores:.2f} of {b.cores} (load {b.load_1m}).")
+        if b.client_waited is not None and b.client_waited >= 0.1:
+            text += (f" Клиент {b.client_waited:.0%} времени ждал свободного ядра." if ru else
+                     f" The client spent {b.client_waited:.0%} of the time waiting for a free core.")
         others = ""
     else:
         rtt = f"{b.window_p50_ms} ms" if b.window_p50_ms is not None else "?"
