@@ -27,8 +27,9 @@ import re
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
-import nbformat
 from nbformat import NotebookNode
+
+from labs import nbtypes
 
 POINTS_PER_CHECK = 1.0
 SCHEMA_VERSION = 3
@@ -113,9 +114,7 @@ def graded(student: NotebookNode, reference: NotebookNode) -> NotebookNode:
 
 def graded_text(text: str, reference_path: Path) -> str:
     """:func:`graded` on the text of an edition notebook; the reference is read from ``reference_path``."""
-    student = nbformat.reads(text, as_version=4)  # type: ignore[no-untyped-call]
-    reference = nbformat.read(str(reference_path), as_version=4)  # type: ignore[no-untyped-call]
-    return str(nbformat.writes(graded(student, reference)))  # type: ignore[no-untyped-call]
+    return nbtypes.writes(graded(nbtypes.reads(text), nbtypes.read(reference_path)))
 
 
 def grade_ids(notebook: NotebookNode) -> dict[str, str]:

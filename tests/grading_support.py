@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
+from nbformat import NotebookNode
 
+from labs import nbtypes
 from labs.grading import bwrap, course, demo, grader, submissions
 from labs.grading.limits import Limits
 
@@ -44,7 +45,7 @@ class GradedClass:
     setup: grader.Setup
 
 
-def make_submissions(folder: Path, built: course.Course, reference: object) -> None:
+def make_submissions(folder: Path, built: course.Course, reference: NotebookNode) -> None:
     released = built.released(NAME)
     for student, (first, second) in PAIRS.items():
         nb = demo.solved(released, reference)
@@ -53,7 +54,7 @@ def make_submissions(folder: Path, built: course.Course, reference: object) -> N
                 nb = demo.SPOILERS[kind](nb, exercise)
         demo.write_submission(folder, student, NAME, nb)
     demo.write_submission(folder, "untouched", NAME, released)
-    broken = nbformat.writes(demo.solved(released, reference))[:-300]  # type: ignore[no-untyped-call]
+    broken = nbtypes.writes(demo.solved(released, reference))[:-300]
     demo.write_submission(folder, "invalid-json", NAME, broken)
     shutil.copy2(ROOT / "solutions" / "lab1.py", folder / "solved" / "lab1.py")
     shutil.copy2(ROOT / "solutions" / "lab1.py", folder / "invalid-json" / "lab1.py")
@@ -66,21 +67,21 @@ def setup_for(tmp: Path, limits: Limits, jobs: int, *, contained: bool = True) -
 
 
 def build_course(tmp: Path, notebook: Path = NOTEBOOK,
-                 exercises: set[str] | None = None) -> tuple[course.Course, object, object]:
+                 exercises: set[str] | None = None) -> tuple[course.Course, course.ChildContext, NotebookNode]:
     """The course of the small ``notebook`` (only ``exercises``, when given), built once per module; the grader's
     forkserver and the small reference."""
     small = course.small_notebook(notebook, tmp / "small" / notebook.name, exercises)
     ctx = grader.forkserver()
     built = course.course_for([small], tmp / "course", ctx)
-    return built, ctx, nbformat.read(str(small), as_version=4)
+    return built, ctx, nbtypes.read(small)
 
 
-def grade_folder(tmp: Path, built: course.Course, ctx: object, folder: Path, setup: grader.Setup,
+def grade_folder(tmp: Path, built: course.Course, ctx: course.ChildContext, folder: Path, setup: grader.Setup,
                  jobs: int) -> dict[str, grader.Result]:
     """Every submission in ``folder``, ``jobs`` at a time, as ``make grade`` does."""
     subs = submissions.find_submissions(folder, built.notebooks, tmp / "unpacked")
     with ThreadPoolExecutor(jobs) as pool:
-        graded = list(pool.map(lambda s: grader.grade_submission(s, built, setup, ctx), subs))  # type: ignore[arg-type]
+        graded = list(pool.map(lambda s: grader.grade_submission(s, built, setup, ctx), subs))
     return {result.student: result for result in graded}
 
 

@@ -13,9 +13,9 @@ import difflib
 import re
 from collections.abc import Iterator
 
-import nbformat
 import pytest
 
+from labs import nbtypes
 from labs.exercises import edition
 from labs.exercises.exercise import Exercise
 from labs.exercises.notebook import find
@@ -30,7 +30,7 @@ def _norm(text: str) -> str:
 
 def _solutions() -> Iterator[tuple[str, str]]:
     for path in sorted(edition.SOURCE_DIR.glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:  # type: ignore[no-untyped-call]
+        for cell in nbtypes.read(path).cells:
             if edition.is_solution(cell):
                 yield cell.metadata["exercise"], cell.source
 

@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import nbformat
-
+from labs import nbtypes
 from labs.polling import poll
 
 SOURCE_DIR = Path(__file__).resolve().parents[2] / "notebooks"  # as edition.SOURCE_DIR, without nbconvert's import
@@ -64,7 +63,7 @@ def _cells() -> dict[str, _Cell]:
     """Cell id -> (exercise, role, source) over the reference notebooks (the student edition keeps the ids)."""
     found: dict[str, _Cell] = {}
     for path in sorted(SOURCE_DIR.glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:  # type: ignore[no-untyped-call]
+        for cell in nbtypes.read(path).cells:
             exercise = cell.metadata.get("exercise")
             if not exercise or cell.cell_type != "code":
                 continue

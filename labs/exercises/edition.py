@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nbformat
 from nbconvert.exporters import NotebookExporter
 from nbconvert.preprocessors import ClearOutputPreprocessor, Preprocessor
 from nbformat import NotebookNode
 from traitlets.config import Config
 
+from labs import nbtypes
 from labs.notebook_release import graded_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ class StudentCells(Preprocessor):
                     tags.append(RAISES)
         student_code_cells(nb)
         name = resources.get("metadata", {}).get("name", "")
-        banner = nbformat.v4.new_markdown_cell(BANNER.format(name=f"{name}.ipynb"), id=BANNER_ID)  # type: ignore[no-untyped-call]
+        banner = nbtypes.markdown_cell(BANNER.format(name=f"{name}.ipynb"), BANNER_ID)
         nb.cells.insert(0, banner)
         nb.metadata["student_edition"] = True
         return nb, resources
@@ -159,10 +159,8 @@ def _exporter() -> NotebookExporter:
     config.ClearSolutions.code_stub = {"python": CODE_STUB}
     config.ClearSolutions.text_stub = TEXT_STUB
     config.ClearSolutions.enforce_metadata = True
-    exporter = NotebookExporter(config=config)  # type: ignore[no-untyped-call]
-    for preprocessor in (ClearSolutions, ClearOutputPreprocessor, StudentCells):
-        exporter.register_preprocessor(preprocessor(config=config), enabled=True)  # type: ignore[no-untyped-call]
-    return exporter
+    return nbtypes.exporter(config, [kind(config=config) for kind in (ClearSolutions, ClearOutputPreprocessor,
+                                                                       StudentCells)])
 
 
 def student_text(notebook: Path, exporter: NotebookExporter | None = None) -> str:

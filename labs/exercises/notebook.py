@@ -15,7 +15,8 @@ import dataclasses
 import html
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import cast
 
 from labs.exercises import attempts
 from labs.exercises.exercise import Exercise, Verdict, evaluate
@@ -114,4 +115,5 @@ def _display_html(markup: str, text: str) -> None:
         from IPython.display import display
     except ImportError:  # no IPython: the verdict is returned or raised, which says it all
         return
-    display({"text/html": markup, "text/plain": text}, raw=True)  # type: ignore[no-untyped-call]
+    show = cast("Callable[..., None]", display)  # IPython's display is unannotated: any objects, flags by name
+    show({"text/html": markup, "text/plain": text}, raw=True)

@@ -25,14 +25,13 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import UTC, datetime
-from multiprocessing.context import BaseContext
 from pathlib import Path
 
-import nbformat
 from nbformat import NotebookNode
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from labs import nbtypes
 from labs.grading import bwrap, course, demo, grader, sandbox, submissions
 from labs.grading.bwrap import UidPool
 from labs.grading.gradebook import write_gradebook
@@ -74,7 +73,7 @@ def pick_notebooks(spec: str, source_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     return picked
 
 
-def build(args: argparse.Namespace, work: Path, ctx: BaseContext) -> course.Course:
+def build(args: argparse.Namespace, work: Path, ctx: course.ChildContext) -> course.Course:
     references = pick_notebooks(args.notebooks)
     if args.small:
         references = [course.small_notebook(path, work / "small" / path.name) for path in references]
@@ -82,7 +81,7 @@ def build(args: argparse.Namespace, work: Path, ctx: BaseContext) -> course.Cour
 
 
 def grade_all(subs: Sequence[submissions.Submission], built: course.Course, setup: grader.Setup, jobs: int,
-              console: Console, ctx: BaseContext) -> list[grader.Result]:
+              console: Console, ctx: course.ChildContext) -> list[grader.Result]:
     """Every submission, ``jobs`` at a time, with a progress bar (done / all, elapsed, an estimate of what is left)."""
     results = []
     columns = (TextColumn("[bold]grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -165,8 +164,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         notebooks = []
         for reference in references:
             small = course.small_notebook(reference, work / reference.name)
-            released = nbformat.reads(course.student_release(small), as_version=4)  # type: ignore[no-untyped-call]
-            reference_nb = nbformat.read(str(small), as_version=4)  # type: ignore[no-untyped-call]
+            released = nbtypes.reads(course.student_release(small))
+            reference_nb = nbtypes.read(small)
             exercise = args.exercise if args.exercise and len(references) == 1 else _middle_exercise(released)
             notebooks.append(demo.DemoNotebook(small.stem, released, reference_nb, exercise))
         kinds = [k for k in args.kinds.split(",") if k]

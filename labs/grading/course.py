@@ -22,11 +22,12 @@ import sys
 import tempfile
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkContext, ForkServerContext
 from pathlib import Path
 
-import nbformat
 from nbformat import NotebookNode
+
+from labs import nbtypes
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ ASSIGNMENT = "workbook"
 COURSE_ID = "redis-broker"
 CONFIG_NAME = "nbgrader_config.py"
 EXECUTE = "labs.grading.execute.SandboxedExecute"
+ChildContext = ForkServerContext | ForkContext
+"""Where nbgrader's steps run as children: the grader's forkserver (nbgrader imported once), a plain fork in tests."""
 
 
 def config_text(root: Path) -> str:
@@ -85,8 +88,7 @@ class Course:
     def released(self, name: str) -> NotebookNode:
         """The notebook ``name`` (no ``.ipynb``) as nbgrader released it."""
         path = self.root / "release" / self.assignment / f"{name}.ipynb"
-        released: NotebookNode = nbformat.read(str(path), as_version=4)  # type: ignore[no-untyped-call]
-        return released
+        return nbtypes.read(path)
 
     def copy_to(self, target: Path) -> Course:
         """A copy of this course in ``target`` (gradebook included), its config pointing there."""
@@ -98,7 +100,7 @@ class Course:
         return Course(target, self.notebooks, self.assignment)
 
 
-def build_course(root: Path, released: Sequence[tuple[str, str]], ctx: BaseContext | None = None) -> Course:
+def build_course(root: Path, released: Sequence[tuple[str, str]], ctx: ChildContext | None = None) -> Course:
     """A course in ``root`` from ``(name, notebook text)`` pairs, through ``nbgrader generate_assignment``.
 
     With ``ctx`` (the grader's forkserver, nbgrader already imported) it runs in a forked child;
@@ -116,7 +118,7 @@ def build_course(root: Path, released: Sequence[tuple[str, str]], ctx: BaseConte
 
         env = dict(os.environ)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # nbgrader runs `alembic`
-        proc = ctx.Process(target=generate_child, args=(str(root), ASSIGNMENT, env))  # type: ignore[attr-defined]
+        proc = ctx.Process(target=generate_child, args=(str(root), ASSIGNMENT, env))
         proc.start()
         proc.join()
         if proc.exitcode != 0:
@@ -134,7 +136,7 @@ def student_release(reference: Path) -> str:
 
 def small_notebook(reference: Path, target: Path, exercises: Collection[str] | None = None) -> Path:
     """``reference`` cut to its setup cell and its exercises (only ``exercises`` when given), written to ``target``."""
-    nb = nbformat.read(str(reference), as_version=4)  # type: ignore[no-untyped-call]
+    nb = nbtypes.read(reference)
     first_code = next(i for i, cell in enumerate(nb.cells) if cell.cell_type == "code")
     keep = {first_code}
     for index, cell in enumerate(nb.cells):
@@ -144,11 +146,11 @@ def small_notebook(reference: Path, target: Path, exercises: Collection[str] | N
                 keep.add(index - 1)
     nb.cells = [cell for index, cell in enumerate(nb.cells) if index in keep]
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(target))  # type: ignore[no-untyped-call]
+    nbtypes.write(nb, target)
     return target
 
 
-def course_for(references: Sequence[Path], root: Path | None = None, ctx: BaseContext | None = None) -> Course:
+def course_for(references: Sequence[Path], root: Path | None = None, ctx: ChildContext | None = None) -> Course:
     """A course whose assignment is the student release of each reference notebook."""
     root = root or Path(tempfile.mkdtemp(prefix="grading-course-"))
     released = [(path.stem, student_release(path)) for path in references]

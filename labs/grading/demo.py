@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
 from nbformat import NotebookNode
 
+from labs import nbtypes
 from labs import notebook_release as release
 from labs.grading import hostile
 
@@ -110,7 +110,7 @@ def write_submission(folder: Path, student: str, notebook_name: str, nb: Noteboo
     if isinstance(nb, str):
         target.write_text(nb, encoding="utf-8")
     else:
-        nbformat.write(nb, str(target))  # type: ignore[no-untyped-call]
+        nbtypes.write(nb, target)
     return target
 
 
@@ -138,7 +138,7 @@ def _content(kind: str, notebook: DemoNotebook, folder: Path, marker: str) -> No
     if kind == "untouched":
         return copy.deepcopy(notebook.released)
     if kind == "invalid-json":
-        return str(nbformat.writes(solved(notebook.released, notebook.reference)))[:-200]  # type: ignore[no-untyped-call]
+        return nbtypes.writes(solved(notebook.released, notebook.reference))[:-200]
     content = solved(notebook.released, notebook.reference)
     if kind == "hostile":
         return spoil_answer(content, notebook.exercise, hostile.demo_code(hostile_targets(folder, notebook, marker)))

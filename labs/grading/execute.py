@@ -24,11 +24,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import nbformat
 from nbformat import NotebookNode
-from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from labs import nbtypes
 from labs.grading.kernel import DEAD_KERNEL, error_output
 from labs.grading.limits import Limits
 from labs.grading.sandbox import RunReport, Sandbox, SandboxSpec
@@ -74,21 +73,18 @@ def clean_output(raw: object) -> NotebookNode | None:
         text = _text(raw.get("text"))
         if text is None:
             return None
-        name = raw.get("name") if raw.get("name") in STREAMS else "stdout"
-        output = new_output("stream", name=name, text=text)  # type: ignore[no-untyped-call]
+        name = next((s for s in STREAMS if raw.get("name") == s), "stdout")
+        output = nbtypes.stream_output(name, text)
     elif kind in ("display_data", "execute_result"):
         metadata = raw.get("metadata")
-        extra: dict[str, Any] = {}
-        if kind == "execute_result":
-            count = raw.get("execution_count")
-            extra["execution_count"] = count if isinstance(count, int) and not isinstance(count, bool) else None
-        output = new_output(kind, data=_mime_bundle(raw.get("data")),  # type: ignore[no-untyped-call]
-                            metadata=json.loads(json.dumps(metadata)) if isinstance(metadata, dict) else {}, **extra)
+        count = raw.get("execution_count")
+        output = nbtypes.data_output(kind, _mime_bundle(raw.get("data")),
+                                     json.loads(json.dumps(metadata)) if isinstance(metadata, dict) else {},
+                                     count if isinstance(count, int) and not isinstance(count, bool) else None)
     elif kind == "error":
         traceback = raw.get("traceback")
         lines = [line for line in traceback if isinstance(line, str)] if isinstance(traceback, list) else []
-        output = new_output("error", ename=str(raw.get("ename", "")), evalue=str(raw.get("evalue", "")),  # type: ignore[no-untyped-call]
-                            traceback=lines)
+        output = nbtypes.error_output(str(raw.get("ename", "")), str(raw.get("evalue", "")), lines)
     else:
         return None
     return output
@@ -163,7 +159,7 @@ def run_in_sandbox(nb: NotebookNode, name: str, spec: SandboxSpec) -> tuple[Note
     box = Sandbox(spec)
     limits = box.limits
     source = Path(spec.root) / f"{name}.ipynb"
-    nbformat.write(nb, str(source))  # type: ignore[no-untyped-call]
+    nbtypes.write(nb, source)
     reported: dict[int, dict[str, Any]] = {}
 
     def on_event(event: dict[str, Any]) -> None:
@@ -177,7 +173,7 @@ def run_in_sandbox(nb: NotebookNode, name: str, spec: SandboxSpec) -> tuple[Note
     return merge(nb, reported, report, limits), report
 
 
-class SandboxedExecute(NbGraderPreprocessor):  # type: ignore[misc]
+class SandboxedExecute(NbGraderPreprocessor):
     """nbgrader's execute step, in the submission's sandbox (see the module docstring)."""
 
     def preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:

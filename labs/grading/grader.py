@@ -21,18 +21,17 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-import nbformat
 from nbformat import NotebookNode
 
+from labs import nbtypes
 from labs import notebook_release as release
 from labs.grading import autograde, integrity, labs_checks
 from labs.grading.autograde import Grades
 from labs.grading.bwrap import UidPool
-from labs.grading.course import Course
+from labs.grading.course import ChildContext, Course
 from labs.grading.execute import SPEC_VAR
 from labs.grading.limits import Limits
 from labs.grading.sandbox import RunReport, Sandbox, SandboxSpec
@@ -93,18 +92,18 @@ class Setup:
     uids: UidPool | None = None
 
 
-def forkserver() -> BaseContext:
+def forkserver() -> ChildContext:
     """A forkserver that has imported nbgrader once: each child starts in milliseconds, not seconds."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["labs.grading.autograde", "labs.grading.execute", "nbgrader.apps", "nbgrader.api"])
     return ctx
 
 
-def run_child_code(ctx: BaseContext, target: Callable[..., None], args: tuple[object, ...], timeout_s: float,
+def run_child_code(ctx: ChildContext, target: Callable[..., None], args: tuple[object, ...], timeout_s: float,
                    on_timeout: Callable[[], object]) -> int | None:
     """Run ``target(*args)`` in a child; its exit code (negative: the signal that ended it), None when it was
     killed at the limit."""
-    proc = ctx.Process(target=target, args=args)  # type: ignore[attr-defined]
+    proc = ctx.Process(target=target, args=args)
     proc.start()
     proc.join(timeout_s)
     if proc.is_alive():
@@ -112,10 +111,10 @@ def run_child_code(ctx: BaseContext, target: Callable[..., None], args: tuple[ob
         proc.kill()
         proc.join()
         return None
-    return int(proc.exitcode)
+    return proc.exitcode  # set: the child has ended
 
 
-def run_child(ctx: BaseContext, target: Callable[..., None], args: tuple[object, ...], timeout_s: float,
+def run_child(ctx: ChildContext, target: Callable[..., None], args: tuple[object, ...], timeout_s: float,
               on_timeout: Callable[[], object]) -> bool | None:
     """Run ``target(*args)`` in a child; True/False by its exit code, None when it was killed at the limit."""
     code = run_child_code(ctx, target, args, timeout_s, on_timeout)
@@ -129,7 +128,7 @@ def _checks_of(released: NotebookNode) -> list[str]:
 class _Grading:
     """The state of one submission's grading (kept small: the steps are methods)."""
 
-    def __init__(self, sub: Submission, course: Course, spec: SandboxSpec, setup: Setup, ctx: BaseContext) -> None:
+    def __init__(self, sub: Submission, course: Course, spec: SandboxSpec, setup: Setup, ctx: ChildContext) -> None:
         self.sub, self.spec, self.setup, self.ctx = sub, spec, setup, ctx
         self.limits = setup.limits
         self.root = Path(spec.root).parent
@@ -205,7 +204,7 @@ class _Grading:
             self.whole[name] = f"nbgrader не смог оценить ноутбук (код {code}; {where})"
         else:
             graded = self.course.root / "autograded" / self.sub.student / self.course.assignment / f"{name}.ipynb"
-            self.outcomes[name] = autograde.exercise_outcomes(nbformat.read(str(graded), as_version=4))  # type: ignore[no-untyped-call]
+            self.outcomes[name] = autograde.exercise_outcomes(nbtypes.read(graded))
             for exercise, outcome in self.outcomes[name].items():
                 if outcome.error and not (outcome.message or "").startswith("✓"):
                     self.zeros.setdefault(name, {}).setdefault(exercise, outcome.error)
@@ -275,7 +274,7 @@ class _Grading:
                                               "" if check.passed else check.detail, check.detail))
 
 
-def grade_submission(sub: Submission, course: Course, setup: Setup, ctx: BaseContext) -> Result:
+def grade_submission(sub: Submission, course: Course, setup: Setup, ctx: ChildContext) -> Result:
     """Grade one submission, each of its notebooks and labs in a sandbox of its own (see the module docstring)."""
     started = time.monotonic()
     root = setup.work_dir / sub.student
@@ -293,7 +292,7 @@ def grade_submission(sub: Submission, course: Course, setup: Setup, ctx: BaseCon
     return result
 
 
-def _grade(sub: Submission, course: Course, setup: Setup, ctx: BaseContext, spec: SandboxSpec) -> Result:
+def _grade(sub: Submission, course: Course, setup: Setup, ctx: ChildContext, spec: SandboxSpec) -> Result:
     Path(spec.root).mkdir(parents=True, exist_ok=True)
     grading = _Grading(sub, course, spec, setup, ctx)
     for name in grading.inspect():

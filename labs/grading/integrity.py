@@ -32,9 +32,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
 from nbformat import NotebookNode
 
+from labs import nbtypes
 from labs import notebook_release as release
 
 
@@ -77,7 +77,7 @@ def read_submitted(path: Path) -> tuple[NotebookNode | None, str | None]:
     if not isinstance(raw, dict) or raw.get("nbformat") != 4 or not isinstance(raw.get("cells"), list):
         return None, f"файл {path.name} — не ноутбук Jupyter (nbformat 4): ноутбук не оценён"
     try:
-        return nbformat.reads(json.dumps(raw), as_version=4), None  # type: ignore[no-untyped-call]
+        return nbtypes.reads(json.dumps(raw)), None
     except Exception as exc:  # nbformat's own errors vary by version: any is "not a notebook"
         return None, f"файл {path.name} не читается как ноутбук ({type(exc).__name__}: {exc})"
 
@@ -194,8 +194,7 @@ def _is_answer(cell: NotebookNode) -> bool:
 
 
 def _copy(cell: NotebookNode) -> NotebookNode:
-    out: NotebookNode = nbformat.from_dict(json.loads(json.dumps(cell)))  # type: ignore[no-untyped-call]
-    return out
+    return nbtypes.copy(cell)
 
 
 def _with_release_metadata(cell: NotebookNode, released: NotebookNode) -> NotebookNode:
@@ -323,4 +322,4 @@ def write(inspection: Inspection, target: Path) -> None:
     if inspection.notebook is None:
         raise ValueError("an unreadable notebook cannot be written")
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(inspection.notebook, str(target))  # type: ignore[no-untyped-call]
+    nbtypes.write(inspection.notebook, target)

@@ -30,7 +30,8 @@ from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 from nbclient.util import run_sync
 from nbformat import NotebookNode
-from nbformat.v4 import new_output
+
+from labs import nbtypes
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,7 @@ INTERRUPT_GRACE_S = 10.0
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
     """An error output as a cell's own would be, with ``evalue`` as its one traceback line."""
-    output: NotebookNode = new_output("error", ename=ename, evalue=evalue,  # type: ignore[no-untyped-call]
-                                      traceback=[f"{ename}: {evalue}"])
-    return output
+    return nbtypes.error_output(ename, evalue, [f"{ename}: {evalue}"])
 
 
 def dead_kernel_output(index: int) -> NotebookNode:
@@ -187,6 +186,5 @@ class ResilientExecute(NotebookClient):
             return
         if any(out.output_type == "error" and out.ename == content["ename"] for out in cell.outputs):
             return
-        cell.outputs.append(new_output("error", ename=content["ename"],  # type: ignore[no-untyped-call]
-                                       evalue=content.get("evalue", ""),
-                                       traceback=content.get("traceback") or [content["ename"]]))
+        cell.outputs.append(nbtypes.error_output(content["ename"], content.get("evalue", ""),
+                                                 content.get("traceback") or [content["ename"]]))

@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
-
+from labs import nbtypes
 from labs.grading import bwrap, course, demo
 from labs.grading.limits import Limits
 from labs.grading.sandbox import RunReport, Sandbox, SandboxSpec
@@ -49,14 +48,14 @@ def measure(references: Sequence[Path], runs: int, work: Path, limits: Limits | 
     samples = []
     for reference in references:
         small = course.small_notebook(reference, work / "small" / reference.name)
-        released = nbformat.reads(course.student_release(small), as_version=4)  # type: ignore[no-untyped-call]
-        solved = demo.solved(released, nbformat.read(str(small), as_version=4))  # type: ignore[no-untyped-call]
+        released = nbtypes.reads(course.student_release(small))
+        solved = demo.solved(released, nbtypes.read(small))
         path = work / "solved" / reference.name
         path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(solved, str(path))  # type: ignore[no-untyped-call]
+        nbtypes.write(solved, path)
         release_dir = work / "release"
         release_dir.mkdir(exist_ok=True)
-        nbformat.write(released, str(release_dir / reference.name))  # type: ignore[no-untyped-call]
+        nbtypes.write(released, release_dir / reference.name)
         for index in range(2 * runs):
             contained = index % 2 == 0
             spec = SandboxSpec(str(work / f"run-{reference.stem}-{index}"), limits.to_json(), contained,

@@ -123,16 +123,15 @@ def sweep(contained: bool) -> None:
 
 
 def run_notebook(job: dict[str, Any], out: Reporter, server: Server) -> None:
-    import nbformat
-
+    from labs import nbtypes
     from labs.grading.kernel import ResilientExecute
 
-    notebook = nbformat.read(str(Path(job["input_dir"]) / job["notebook"]), as_version=4)  # type: ignore[no-untyped-call]
+    notebook = nbtypes.read(Path(job["input_dir"]) / job["notebook"])
     limits = job["limits"]
 
     last = [time.monotonic()]
 
-    def report(index: int, cell: nbformat.NotebookNode) -> None:
+    def report(index: int, cell: nbtypes.NotebookNode) -> None:
         now = time.monotonic()
         log.info("cell %d done in %.1f s", index, now - last[0])
         last[0] = now

@@ -23,7 +23,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import redis
 
@@ -137,7 +137,7 @@ class Quiz:
         from IPython.display import display
 
         box = self.widget()
-        display(box)  # type: ignore[no-untyped-call]
+        cast("Callable[[widgets.VBox], None]", display)(box)  # IPython's display is unannotated
         return box
 
     def _question_box(self, w: ModuleType, index: int, question: Question, score: widgets.HTML) -> widgets.VBox:
