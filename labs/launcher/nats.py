@@ -224,7 +224,7 @@ class NatsCluster:
         for proc in self.servers:
             if proc.pid() is None:
                 proc.start([server, "-js", "-c", str(self.conf(proc.port))], PORTS_VAR,
-                           lambda p=proc: self._accepts(p.port), "client connections", timeout_s)  # type: ignore[misc]
+                           functools.partial(self._accepts, proc.port), "client connections", timeout_s)
         self.client_call(lambda: asyncio.run(wait_stream(self.urls(), stream, timeout_s)))
         return self.urls()
 

@@ -29,6 +29,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 
@@ -174,11 +175,11 @@ class NetnsConnection(redis.Connection):
 
     def __init__(self, *, netns: str, **kwargs: Any) -> None:
         self.netns = netns
-        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+        cast("Callable[..., None]", super().__init__)(**kwargs)  # redis-py's Connection is unannotated
 
-    def _connect(self) -> Any:
+    def _connect(self) -> socket.socket:
         with entered(self.netns):
-            return super()._connect()  # type: ignore[no-untyped-call]
+            return cast("Callable[[], socket.socket]", super()._connect)()
 
 
 def client(ns: str, host: str, port: int, *, timeout_s: float = 1.0, **kwargs: Any) -> redis.Redis:

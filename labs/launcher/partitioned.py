@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from labs.launcher import netns, redis_copies
+from labs.launcher.errors import LauncherError
 from labs.launcher.nats import NatsCluster, wait_stream
 from labs.launcher.rabbitmq import RabbitCluster
 from labs.launcher.topology import SentinelTopology
@@ -60,6 +61,13 @@ class Partitioned(Protocol):
 def in_hub(fabric: netns.Fabric, fn: Callable[[], T]) -> T:
     """``fn()`` from the fabric's hub namespace, which reaches every member (also while one is cut off)."""
     return netns.call_in(fabric.hub_ns, fn)
+
+
+def _planned(fabric: netns.Fabric | None) -> netns.Fabric:
+    """The fabric ``in_namespaces()`` planned for a cluster."""
+    if fabric is None:
+        raise LauncherError("the cluster was not put in namespaces (in_namespaces() first)")
+    return fabric
 
 
 def _add_clients(fabric: netns.Fabric) -> None:
@@ -140,7 +148,7 @@ class NatsPartitioned:
         cluster.in_namespaces()
         try:
             cluster.ensure()
-            _add_clients(cluster.fabric)  # type: ignore[arg-type]  # set by in_namespaces
+            _add_clients(_planned(cluster.fabric))
         except BaseException:
             cluster.stop()
             raise
@@ -197,7 +205,7 @@ class RabbitPartitioned:
         cluster.in_namespaces()
         try:
             cluster.ensure()
-            _add_clients(cluster.fabric)  # type: ignore[arg-type]  # set by in_namespaces
+            _add_clients(_planned(cluster.fabric))
         except BaseException:
             cluster.stop()
             raise

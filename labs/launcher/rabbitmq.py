@@ -31,6 +31,7 @@ a quorum queue's followers elect a new leader once the old one is unreachable.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import secrets
@@ -277,7 +278,7 @@ class RabbitCluster:
         for epmd, node in zip(self.epmds, self.nodes, strict=False):
             if epmd.pid() is None:
                 epmd.start([epmd_bin, "-port", str(self.epmd_port)], EPMD_PORT_VAR,
-                           lambda n=node: self._epmd_up(n.port), "a TCP connect", 10.0)  # type: ignore[misc]
+                           functools.partial(self._epmd_up, node.port), "a TCP connect", 10.0)
         # The first node alone, then the others side by side: they find it (classic peer discovery)
         # and join it; started all at once, two fresh nodes could each form a cluster of their own.
         missing = [node for node in self.nodes if node.pid() is None]
