@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from types import TracebackType
+from typing import cast
 
 import pytest
 from redis.exceptions import BusyLoadingError, ConnectionError, ReadOnlyError, RedisError, TimeoutError
@@ -14,6 +15,7 @@ from labs.compare.contract import Event, Outcome, Settings
 from labs.compare.redis_broker import RedisBroker
 from labs.compare.registry import KINDS, ROWS, make_broker
 from labs.compare.sites import CLUSTERS
+from solutions.connection import Client
 from solutions.sender import Sender
 
 pytestmark = pytest.mark.timeout(30)
@@ -72,14 +74,14 @@ def test_a_send_has_the_same_outcome_in_the_adapter_as_in_the_workers_sender(err
                                                                             replies: list[object]) -> None:
     settings = Settings(wait_replicas=1)
     broker = RedisBroker([("127.0.0.1", 1)], "orders", settings, name="redis+WAIT")
-    client = _Client(error, replies)
-    broker._client = client  # type: ignore[assignment]  # the stand-in client above
+    client = cast("Client", _Client(error, replies))  # the stand-in above: pipeline() is all the rule calls
+    broker._client = client
     args = argparse.Namespace(stream="orders", maxlen=None, wait_replicas=1, wait_timeout_ms=100, resend=0)
-    broker._sender = Sender(client, args, None)  # type: ignore[arg-type]  # the same stand-in
+    broker._sender = Sender(client, args, None)
     event = Event("e1", "o1", "10.00")
     single = asyncio.run(broker.publish(event))
     (windowed,) = asyncio.run(broker.publish_window([event]))
-    workers = asyncio.run(Sender(client, args, None).attempt(broker._fields(event))).status  # type: ignore[arg-type]  # stand-in
+    workers = asyncio.run(Sender(client, args, None).attempt(broker._fields(event))).status
     assert single.value == workers == windowed.value, (single, workers, windowed)
     if isinstance(error, BusyLoadingError):
         assert single is Outcome.REFUSED  # LOADING: nothing was executed, the worker says refused

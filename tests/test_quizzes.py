@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -72,9 +73,9 @@ def test_module3_keys_agree_with_redis_and_the_notebooks_facts(
     ],
 )
 def test_facts_that_contradict_a_key_raise(
-    quiz_of: object, says: str, redis_client: redis.Redis, redis_url: str, key_prefix: str
+    quiz_of: Callable[[str], Quiz], says: str, redis_client: redis.Redis, redis_url: str, key_prefix: str
 ) -> None:
-    quiz: Quiz = quiz_of(redis_url)  # type: ignore[operator]
+    quiz = quiz_of(redis_url)
     with pytest.raises(QuizKeyError, match=says):
         quiz.verify(redis_client, key_prefix=key_prefix)
 
@@ -119,11 +120,13 @@ def test_cluster_keys_agree_with_a_real_cluster_and_the_notebooks_facts(cluster:
         verified = cluster_quiz.quiz(facts=CLUSTER_FACTS).verify(rc, key_prefix="tq:cluster:")
         assert len(verified) == 8 and all(v.observed == v.expected for v in verified)
         assert list(rc.scan_iter(match="tq:cluster:*")) == []
-        wrongs: list[dict[str, float]] = [
-            {"resplit_violations": 0}, {"others_gap_no_s": 1.2}, {"others_gap_yes_s": 0.02}, {"tail_survived": 50},
+        wrongs = [
+            dataclasses.replace(CLUSTER_FACTS, resplit_violations=0),
+            dataclasses.replace(CLUSTER_FACTS, others_gap_no_s=1.2),
+            dataclasses.replace(CLUSTER_FACTS, others_gap_yes_s=0.02),
+            dataclasses.replace(CLUSTER_FACTS, tail_survived=50),
         ]
-        for change in wrongs:
-            wrong = dataclasses.replace(CLUSTER_FACTS, **change)  # type: ignore[arg-type]
+        for wrong in wrongs:
             with pytest.raises(QuizKeyError):
                 cluster_quiz.quiz(facts=wrong).verify(rc, key_prefix="tq:cluster:")
     finally:

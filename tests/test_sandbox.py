@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ def _spec(tmp_path: Path, contained: bool = True, uid: int = 0, release: Path | 
                        str(release) if release else None, str(tmp_path / "logs"))
 
 
-def _run(tmp_path: Path, command: list[str], *, files: list[Path] = (), contained: bool = True,  # type: ignore[assignment]
+def _run(tmp_path: Path, command: list[str], *, files: Sequence[Path] = (), contained: bool = True,
          wall_s: float = 60, uid: int = 0, release: Path | None = None) -> tuple[RunReport, str]:
     spec = _spec(tmp_path, contained, uid, release)
     output: list[str] = []

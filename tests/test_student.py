@@ -6,12 +6,12 @@ real server: the session's for the live part, a port nobody listens on for the d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import cast
 
 import pytest
 import redis
-from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
 from redis.exceptions import RedisClusterException
 
 from labs.exercises import attempts, student
@@ -28,9 +28,9 @@ def shell(redis_url: str, key_prefix: str) -> Iterator[InteractiveShell]:
     student.student_mode(ip)
     assert attempts.current() is not None
     ip.user_ns.update(r=redis.Redis.from_url(redis_url, decode_responses=True), P=key_prefix)
-    ip.run_cell("import time, redis")  # type: ignore[no-untyped-call]
+    run_cell(ip, "import time, redis")
     yield ip
-    ip.set_custom_exc((), None)  # type: ignore[no-untyped-call]
+    cast("Callable[[tuple[()], None], None]", ip.set_custom_exc)((), None)  # IPython: unannotated
     attempts.uninstall()
     ip.user_ns["r"].close()
 
@@ -39,8 +39,13 @@ def unused_port() -> int:
     return ports.free_port()  # below the ephemeral range: no client socket is handed it meanwhile
 
 
-def run(ip: InteractiveShell, source: str, capsys: pytest.CaptureFixture[str]) -> tuple[Any, str]:
-    result = ip.run_cell(source, store_history=True)  # type: ignore[no-untyped-call]
+def run_cell(ip: InteractiveShell, source: str, *, store_history: bool = False) -> ExecutionResult:
+    """``ip.run_cell``, which IPython leaves unannotated, typed."""
+    return cast("Callable[..., ExecutionResult]", ip.run_cell)(source, store_history=store_history)
+
+
+def run(ip: InteractiveShell, source: str, capsys: pytest.CaptureFixture[str]) -> tuple[ExecutionResult, str]:
+    result = run_cell(ip, source, store_history=True)
     return result, capsys.readouterr().out
 
 
