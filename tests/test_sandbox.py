@@ -225,3 +225,21 @@ def test_the_overhead_summary_pairs_the_two_ways() -> None:
     lines = summary(samples)
     assert lines[0].startswith("sandboxed  : 2 runs, median 11.00 s") and "1 did not finish" in lines[0]
     assert lines[2] == ("the sandbox's cost: +2.00 s a run (start +0.20 s, kernel and setup cell +0.50 s), +22 %")
+
+
+def test_binds_under_tmp_get_a_tmp_of_their_own(tmp_path: Path) -> None:
+    """A checkout under /tmp (a clean clone there) put its binds under the sandbox's /tmp, and bwrap could not
+    make /tmp the link into the home ("Can't make symlink at /tmp: File exists"): every sandbox ended at once."""
+    _require_sandbox()
+    assert tmp_path.is_relative_to("/tmp"), tmp_path  # the case itself: a bound folder under /tmp
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "marker").write_text("bound\n", encoding="utf-8")
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    args = bwrap.command(inbox, ["/bin/sh", "-c", f"cat {tools}/marker && echo written > /tmp/x && cat /tmp/x"],
+                         uid=bwrap.UidPool(1).base, env={"PATH": "/usr/bin:/bin"}, rlimits={}, release_dir=None,
+                         redis_bin_dir=tools, disk_mb=16)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.split() == ["bound", "written"], (done.returncode, done.stdout,
+                                                                                 done.stderr)

@@ -12,7 +12,8 @@ sees (:func:`mounts`):
   there), the released student edition in the place of ``notebooks/`` (what ``reset("NN.K")``
   reads), the Redis binaries, and the job's own input folder (its notebook or lab file);
 - read-write: one tmpfs of ``disk_mb`` for its home, work folder and ``/tmp`` (a symlink into
-  it), a small ``/dev/shm``; nothing on the host's disks;
+  it; where the checkout or the venv lies under ``/tmp``, ``/tmp`` is a small tmpfs of its own
+  that holds their binds), a small ``/dev/shm``; nothing on the host's disks;
 - its own ``/proc`` (only its processes), a minimal ``/dev``, a loopback of its own and no
   other interface: no server of the machine, no other sandbox, no internet.
 
@@ -136,6 +137,12 @@ def mounts(input_dir: Path, *, release_dir: Path | None, redis_bin_dir: Path | N
     if redis_bin_dir is not None and not redis_bin_dir.resolve().is_relative_to("/usr"):
         binds.append((redis_bin_dir.resolve(), redis_bin_dir.resolve()))
     binds.append((input_dir, Path(INPUT)))
+    # A checkout (or a venv) under /tmp is bound under /tmp: there /tmp is a small tmpfs of its own
+    # (made before the binds, which go inside it), not the link into the home.
+    tmp_holds_binds = any(target.is_relative_to("/tmp") for _, target in binds)
+    if tmp_holds_binds:
+        args += ["--perms", "1777", "--size", str(min(SHM_MB, disk_mb) * 1024 * 1024), "--tmpfs", "/tmp"]
+        made.add(Path("/tmp"))
     for source, target in binds:
         args += _ro_bind(source, target, made, bound)
     size = str(disk_mb * 1024 * 1024)
@@ -145,8 +152,9 @@ def mounts(input_dir: Path, *, release_dir: Path | None, redis_bin_dir: Path | N
         "--perms", "1777", "--size", str(min(SHM_MB, disk_mb) * 1024 * 1024), "--tmpfs", "/dev/shm",
         "--perms", "0755", "--dir", str(Path(HOME).parent),
         "--perms", "1777", "--size", size, "--tmpfs", HOME,
-        "--symlink", TMP, "/tmp",
     ]
+    if not tmp_holds_binds:
+        args += ["--symlink", TMP, "/tmp"]
     return args
 
 
