@@ -4,8 +4,10 @@
 producer, the client library and its callbacks; in a hold case no consumer runs yet), :func:`top`
 reads the functions by own time (``tottime``) as :class:`ProfileLine` rows and the pstats text that
 ``make compare`` writes beside its report (``profile-<row>.txt``). The time the loop waits for the
-broker shows as the poller's own time (``select.epoll.poll``). cProfile slows Python code down, so a
-profiled publish is a run of its own: its rate is not a throughput figure.
+broker shows as the poller's own time (``select.epoll.poll``). Own time is wall time (cProfile's
+default timer): on a loaded machine it includes the time the client waited for a core inside a
+function (a ``send`` system call, say); each resumption of a coroutine counts as a call. cProfile
+slows Python code down, so a profiled publish is a run of its own: its rate is not a throughput figure.
 """
 
 from __future__ import annotations

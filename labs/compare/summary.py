@@ -365,7 +365,8 @@ def profile_text(row: Row) -> str:
                     f"{fig['broker_cpu_s']:.3f} s (busiest {fig['busiest']} {fig['busiest_cpu_s']:.3f} s), other work "
                     f"{fig['others_cpu_s']:.3f} s, {fig['cores']} cores, load {fig['load_1m']}")
     head.append("cProfile slows Python code: this rate is not a throughput figure; the shares of own time are "
-                "the point.")
+                "the point. Own time is wall time (a loaded machine's waits for a core inside a function count); "
+                "each resumption of a coroutine counts as a call.")
     return "\n".join(head) + "\n\n" + str(row.get("profile_text", ""))
 
 
