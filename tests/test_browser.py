@@ -498,6 +498,23 @@ def _wait_panel_points(page: Any, selector: str, shot: Path, *, points: list[int
     return drawn
 
 
+def _model_not_found_after_reload(page: Any, selector: str, shot: Path, *, timeout_ms: int) -> bool:
+    """Wait until the reloaded page draws the plot under ``selector`` or says a widget's model was not found;
+    True for the latter (on a timeout: a screenshot, the panel's DOM state, then the error)."""
+    try:
+        page.wait_for_function(
+            f"(sel) => {{ const d = ({PLOT_DATA_JS.strip()})(sel); if (d && d.points.length > 0) return true; "
+            "return Array.from(document.querySelectorAll('.jp-OutputArea-output'))"
+            ".some(e => e.innerText.includes('model not found')); }", arg=selector, timeout=timeout_ms, polling=300)
+    except Exception:
+        page.screenshot(path=str(shot))
+        print(f"the panel {selector!r} after the reload: state", page.evaluate(PANEL_STATE_JS, selector),
+              "screenshot", shot)
+        raise
+    drawn = page.evaluate(PLOT_DATA_JS, selector)
+    return not (drawn and drawn["points"])
+
+
 def _reload_redraws(page: Any, path: StudentPath, box: str, screens: Path) -> Path:
     """Step 5: after a page reload the panel is drawn whole again from the kernel's widget state (or,
     without a panel, the check's box is there again as it was).
@@ -520,6 +537,14 @@ def _reload_redraws(page: Any, path: StudentPath, box: str, screens: Path) -> Pa
         assert _boxes(page)[path.exercise] == [True]
         return _shoot(page, screens, f"student-{stem}-5-box-after-reload.png", box)
     # Every line, every point (a loaded machine: 60 s ran out once for the first point).
+    # JupyterLab's widget manager restores the models from the kernel once per page load (a control comm given
+    # 4 s to answer, then a request per model); an output whose model it has not got then shows "model not
+    # found" for good. A starved machine (a clean-clone run, load 14) brought the whole of 09 back so; which
+    # step of the restore missed is not pinned down. The kernel still holds the state: one more reload must draw it.
+    if _model_not_found_after_reload(page, path.panel, screens / f"student-{stem}-5-reload-timeout.png",
+                                     timeout_ms=90000):
+        print(f"\n{path.notebook}: 'model not found' after the reload (the kernel answered late); reloading once more")
+        page.reload(wait_until="domcontentloaded")
     after = _wait_panel_points(page, path.panel, screens / f"student-{stem}-5-reload-timeout.png",
                                points=kept["points"], timeout_ms=90000)
     assert after["yaxis"] == pytest.approx(kept["yaxis"]) and after["xaxis"] == pytest.approx(kept["xaxis"]), (
@@ -545,9 +570,11 @@ def _finish(page: Any, path: StudentPath, at: _Cells) -> None:
 
 # The walks take 75-230 s each under load: half of them run from tests/test_browser_student.py, a file of
 # its own, so that --dist loadfile gives them a second worker (eight in one file made it the suite's longest).
-# The halves by time under load: 01, 02, 04, 05, 06, 07 and 04's reference Run All here, about 600 s; 03, 08, 09,
-# 10 and 11 (230 s alone) there, about as much.
-SECOND_HALF = ("09", "03", "08", "10", "11")
+# Three files, so that --dist loadfile walks them on three workers: 01, 02, 05, 06, 07 and 04's reference Run All
+# here; 03, 08, 09 and 10 in test_browser_student.py; 11 (its brokers' Run All, 230 s alone under load) and 04 in
+# test_browser_student_brokers.py.
+SECOND_HALF = ("09", "03", "08", "10")
+THIRD_PART = ("11", "04")
 
 
 def student_path_params(stems: tuple[str, ...], *, inside: bool) -> list[Any]:
@@ -556,7 +583,7 @@ def student_path_params(stems: tuple[str, ...], *, inside: bool) -> list[Any]:
             for p in STUDENT_PATHS if (p.notebook[:2] in stems) == inside]
 
 
-@pytest.mark.parametrize("path", student_path_params(SECOND_HALF, inside=False))
+@pytest.mark.parametrize("path", student_path_params(SECOND_HALF + THIRD_PART, inside=False))
 def test_the_student_path_run_all_fill_fail_retry_and_reload(
     path: StudentPath,
     lab: browser_support.JupyterServer,

@@ -1,4 +1,6 @@
-"""The second half of the browser student paths: 03, 08, 09, 10 and 11 (``test_browser.SECOND_HALF``).
+"""The second half of the browser student paths: 03, 08, 09 and 10 (``test_browser.SECOND_HALF``).
+
+11 and 04 are in ``tests/test_browser_student_brokers.py``.
 
 ``tests/test_browser.py`` holds the walk, its fixtures and every path, and walks the first half itself;
 this file only gives the other half a file of its own, so that ``--dist loadfile`` runs it on another
