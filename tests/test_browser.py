@@ -55,6 +55,7 @@ from require_support import skip_area
 from labs import launcher
 from labs.exercises import edition
 from labs.exercises.notebook import find
+from labs.polling import poll_value
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -198,14 +199,16 @@ def _wait_ran(
 ) -> dict[int, dict[str, Any]]:
     """Wait until each cell of ``indexes`` has run (again, when ``before`` gives its earlier count)."""
     old = {i: (before or {}).get(i, {}).get("count") for i in indexes}
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def ran() -> dict[int, dict[str, Any]] | None:
         state = page.evaluate(browser_support.NOTEBOOK_STATE_JS)
         cells = {c["index"]: c for c in state["cells"]}
-        if state["kernel"] == "idle" and all(cells[i]["count"] not in (None, old[i]) for i in indexes):
-            return cells
-        time.sleep(0.2)
-    raise AssertionError(f"cells {indexes} did not all run in {timeout_s:g} s: {_state(page)}")
+        return cells if state["kernel"] == "idle" and all(cells[i]["count"] not in (None, old[i]) for i in indexes) \
+            else None
+
+    if (cells := poll_value(ran, lambda c: c is not None, timeout_s, poll_s=0.2)) is None:
+        raise AssertionError(f"cells {indexes} did not all run in {timeout_s:g} s: {_state(page)}")
+    return cells
 
 
 def _wait_all_ran(page: Any, timeout_s: float, may_fail: list[int]) -> dict[int, dict[str, Any]]:
@@ -213,8 +216,7 @@ def _wait_all_ran(page: Any, timeout_s: float, may_fail: list[int]) -> dict[int,
 
     Any other cell that fails stops Run All: that is said at once, not after the timeout.
     """
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def ran() -> dict[int, dict[str, Any]] | None:
         state = page.evaluate(browser_support.NOTEBOOK_STATE_JS)
         if state and state["kernel"] == "idle":
             cells = {c["index"]: c for c in state["cells"]}
@@ -222,8 +224,11 @@ def _wait_all_ran(page: Any, timeout_s: float, may_fail: list[int]) -> dict[int,
                 return cells
             failed = [f"cell {i}: {c['errors']}" for i, c in cells.items() if c["errors"] and i not in may_fail]
             assert not failed, f"Run All stopped: {failed}"
-        time.sleep(0.3)
-    raise AssertionError(f"Run All did not reach the end in {timeout_s:g} s: {_state(page)}")
+        return None
+
+    if (cells := poll_value(ran, lambda c: c is not None, timeout_s, poll_s=0.3)) is None:
+        raise AssertionError(f"Run All did not reach the end in {timeout_s:g} s: {_state(page)}")
+    return cells
 
 
 def _boxes(page: Any) -> dict[str, list[bool]]:
