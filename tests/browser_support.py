@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from labs.launcher import ports
+from labs.polling import poll, poll_value
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
@@ -185,16 +186,18 @@ def start_jupyter(work_dir: Path, source: Path = ROOT / "notebooks", timeout_s: 
             start_new_session=True,
         )
     server = JupyterServer(root_dir, port, token, process, log_path)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         if process.poll() is not None:
             raise RuntimeError(f"jupyter lab exited with {process.returncode}:\n{server.log_tail()}")
         with contextlib.suppress(OSError):
             status = f"http://127.0.0.1:{port}/api/status?token={token}"
             with urllib.request.urlopen(status, timeout=2) as reply:
-                if reply.status == 200:
-                    return server
-        time.sleep(0.2)
+                return bool(reply.status == 200)
+        return False
+
+    if poll(answers, timeout_s, poll_s=0.2):
+        return server
     server.stop()
     raise RuntimeError(f"jupyter lab did not answer in {timeout_s:g} s:\n{server.log_tail()}")
 
@@ -305,19 +308,22 @@ def _watch(page: Any, report: RunReport, screens: Path, stem: str, timeout_s: fl
     """Poll the notebook until Run All is over; collect panel texts and one live screenshot."""
     started = time.monotonic()
     live_shot = False
-    while time.monotonic() - started < timeout_s:
-        state = page.evaluate(NOTEBOOK_STATE_JS)
+
+    def read() -> dict[str, Any] | None:
+        nonlocal live_shot
+        state: dict[str, Any] | None = page.evaluate(NOTEBOOK_STATE_JS)
         report.statuses = page.evaluate("() => window.__panelStatuses.slice()")
         if not live_shot and len(report.running_statuses()) >= 2 and _shows_live(page):
             _panel_screenshot(page, screens / f"{stem}-panel-live.png", report)
             live_shot = True
-        if _done(state):
-            report.finished = True
-            report.cells = state["cells"]
-            break
-        time.sleep(0.1)
+        return state
+
+    state = poll_value(read, _done, timeout_s, poll_s=0.1)
     report.seconds = time.monotonic() - started
-    if not report.finished:
+    if _done(state):
+        report.finished = True
+        report.cells = state["cells"] if state else []
+    else:
         report.cells = (page.evaluate(NOTEBOOK_STATE_JS) or {"cells": []})["cells"]
 
 
@@ -342,14 +348,16 @@ def _replay(page: Any, report: RunReport, shot: Path, timeout_s: float = 15.0) -
     if page.locator(PANEL).count() == 0 or not button.is_enabled():
         return
     button.click()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and len(report.replay_statuses) < 3:
+
+    def read() -> int:
         text = page.locator(PANEL_STATUS).first.inner_text()
         if "повтор" in text and text not in report.replay_statuses:
             report.replay_statuses.append(text)
             if len(report.replay_statuses) == 2:
                 _panel_screenshot(page, shot, report)
-        time.sleep(0.1)
+        return len(report.replay_statuses)
+
+    poll_value(read, lambda seen: seen >= 3, timeout_s, poll_s=0.1)
 
 
 def run_all(context: Any, server: JupyterServer, notebook: str, screens: Path, timeout_s: float = 120.0) -> RunReport:

@@ -15,7 +15,6 @@ import contextlib
 import os
 import re
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,8 @@ from typing import Any
 import browser_support
 import pytest
 from require_support import skip_area
+
+from labs.polling import poll_value
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -66,18 +67,17 @@ def _run_all(page: Any, screens: Path) -> tuple[dict[str, Any] | None, list[str]
     page.evaluate(RECORD_JS)
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     shots: list[Path] = []
-    state = None
-    deadline = time.monotonic() + RUN_ALL_TIMEOUT_S
-    while time.monotonic() < deadline:
-        state = page.evaluate(browser_support.NOTEBOOK_STATE_JS)
+
+    def read() -> dict[str, Any] | None:
+        state: dict[str, Any] | None = page.evaluate(browser_support.NOTEBOOK_STATE_JS)
         statuses = page.evaluate("() => window.__boardStatuses.slice()")
         if not shots and _processed(statuses) > 0:  # while the worker runs, for the live screenshot
             with contextlib.suppress(Exception):  # re-rendered mid-shot: the final shot still comes
                 page.locator(BOARD).first.screenshot(path=str(screens / "07-dashboard-live.png"), timeout=5000)
                 shots.append(screens / "07-dashboard-live.png")
-        if browser_support._done(state):
-            break
-        time.sleep(0.1)
+        return state
+
+    state = poll_value(read, browser_support._done, RUN_ALL_TIMEOUT_S, poll_s=0.1)
     return state, page.evaluate("() => window.__boardStatuses.slice()"), shots
 
 

@@ -24,9 +24,9 @@ WAITING_MODULE = "labs/polling.py"
 CLOCKS = frozenset({"monotonic", "time", "perf_counter", "monotonic_ns", "perf_counter_ns"})
 LEAVES = (ast.Break, ast.Return, ast.Raise)
 
-# Hand-written deadline loops still allowed, as "path::function" (or "path::*" for a whole file of
-# another owner's). Each entry says why; the lead clears this list as the owners move their loops
-# onto labs/polling.py (issue 41, item 4).
+# Hand-written deadline loops still allowed, one "path::function" each (no whole file). Each entry says
+# why: a runtime deadline of a program that cannot import labs.polling, never a wait for a condition
+# (issue 41, item 4).
 ALLOWED: dict[str, str] = {
     # The student's standalone lab 3 workers import nothing of labs/ (they run outside the repo):
     # the WAL switch's retry is a runtime deadline of the program, not a wait for a condition.
@@ -38,12 +38,6 @@ ALLOWED: dict[str, str] = {
     "solutions/pool.py::Pool.drain": "solutions/: the drain budget (asyncio.wait on the runs)",
     "solutions/cluster_router.py::ShardClient.routed": "solutions/: a command's retry bound (retry_for_s)",
     "solutions/ledger.py::Ledger._db": "solutions/: the WAL switch's busy bound",
-    # Others' files (issue 41, item 4: their owners move these onto labs/polling.py).
-    "labs/compare/producer.py::*": "the broker comparison's owner",
-    "tests/browser_support.py::*": "the browser tests' owner",
-    "tests/test_browser.py::*": "the browser tests' owner",
-    "tests/test_browser_dashboard.py::*": "the browser tests' owner",
-    "tests/test_shutdown.py::*": "the worker's tests' owner",
 }
 
 
@@ -120,7 +114,7 @@ def deadline_loops(source: str) -> list[tuple[str, int]]:
 
 
 def _allowed(path: str, function: str) -> bool:
-    return f"{path}::{function}" in ALLOWED or f"{path}::*" in ALLOWED
+    return f"{path}::{function}" in ALLOWED
 
 
 def _paths() -> list[str]:
@@ -159,10 +153,9 @@ def test_no_hand_written_deadline_loop_outside_the_waiting_module() -> None:
 
 
 def test_every_allowed_function_still_has_its_loop() -> None:
-    """An entry naming a function whose loop is gone is removed, so the list only shrinks (a whole
-    file's entry, ``path::*``, is its owner's to clear: they move its loops while this runs)."""
+    """An entry naming a function whose loop is gone is removed, so the list only shrinks."""
     live = {f"{rel}::{function}" for rel, text in _sources() for function, _ in deadline_loops(text)}
-    assert sorted(e for e in ALLOWED if not e.endswith("::*") and e not in live) == []
+    assert sorted(e for e in ALLOWED if e not in live) == []
 
 
 def test_the_rule_sees_the_usual_shapes_and_not_a_schedule() -> None:

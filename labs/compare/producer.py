@@ -12,11 +12,13 @@ window gets its outcome, and the unknown or refused ones go into the next window
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from labs.compare.contract import Broker, Event, Outcome
+from labs.polling import poll_value_async, seconds_left
 
 RESEND_PAUSE_S = 0.1
 
@@ -59,22 +61,29 @@ async def produce(broker: Broker, events: Sequence[Event], *, rate_per_s: float 
         if rate_per_s > 0:
             await asyncio.sleep(max(0.0, started + i / rate_per_s - time.monotonic()))
         event = event.stamped()
-        deadline = min(time.monotonic() + resend_deadline_s, run_deadline)
-        attempt = 0
-        while True:
-            attempt += 1
-            t0 = time.monotonic()
-            outcome = await broker.publish(event)
-            log.attempts.append(Attempt(event.event_id, attempt, outcome.value, time.time(), time.monotonic() - t0))
-            if outcome is Outcome.CONFIRMED:
-                log.confirmed[event.event_id] = time.time()
-                break
-            if time.monotonic() > deadline:
-                log.gave_up.append(event.event_id)
-                break
-            await asyncio.sleep(RESEND_PAUSE_S)
+        timeout_s = min(resend_deadline_s, seconds_left(run_deadline))
+        if not await _publish_until_confirmed(broker, event, log, timeout_s):
+            log.gave_up.append(event.event_id)
     log.elapsed_s = time.monotonic() - started
     return log
+
+
+async def _publish_until_confirmed(broker: Broker, event: Event, log: ProduceLog, timeout_s: float) -> bool:
+    """Publish ``event``, and again (same ``event_id``) every :data:`RESEND_PAUSE_S` until it is
+    confirmed or ``timeout_s`` passes, each attempt logged; whether it was confirmed."""
+    numbers = itertools.count(1)
+
+    async def publish() -> Outcome:
+        t0 = time.monotonic()
+        outcome = await broker.publish(event)
+        log.attempts.append(Attempt(event.event_id, next(numbers), outcome.value, time.time(), time.monotonic() - t0))
+        return outcome
+
+    if await poll_value_async(publish, lambda o: o is Outcome.CONFIRMED, timeout_s, RESEND_PAUSE_S) \
+            is not Outcome.CONFIRMED:
+        return False
+    log.confirmed[event.event_id] = time.time()
+    return True
 
 
 async def produce_windowed(broker: Broker, events: Sequence[Event], *, window: int, rate_per_s: float = 0.0,
@@ -88,24 +97,22 @@ async def produce_windowed(broker: Broker, events: Sequence[Event], *, window: i
         raise ValueError(f"window must be >= 1, not {window}")
     log = ProduceLog()
     started = time.monotonic()
-    run_deadline = started + deadline_s
     attempts: dict[str, int] = {}
     first_at: dict[str, float] = {}
     todo = list(events)
     retry: list[Event] = []
-    while todo or retry:
-        if time.monotonic() > run_deadline:
-            log.gave_up += [e.event_id for e in [*retry, *todo]]
-            break
+
+    async def send_window() -> int:
+        """One window out (the re-sends first), its outcomes logged; how many events are left to send."""
         if rate_per_s > 0 and todo and not retry:
             await asyncio.sleep(max(0.0, started + (len(events) - len(todo)) / rate_per_s - time.monotonic()))
         fresh = [e.stamped() for e in todo[:window - len(retry)]] if len(retry) < window else []
         del todo[:len(fresh)]
         batch = retry[:window] + fresh
-        retry = retry[window:]
+        del retry[:window]
         if not batch:
             await asyncio.sleep(RESEND_PAUSE_S)
-            continue
+            return len(todo) + len(retry)
         t0 = time.monotonic()
         outcomes = await broker.publish_window(batch)
         took_s, now = time.monotonic() - t0, time.time()
@@ -121,8 +128,13 @@ async def produce_windowed(broker: Broker, events: Sequence[Event], *, window: i
             else:
                 unconfirmed.append(event)
         if unconfirmed:
-            retry = unconfirmed + retry
+            retry[:0] = unconfirmed
             await asyncio.sleep(RESEND_PAUSE_S)
+        return len(todo) + len(retry)
+
+    if todo:  # windows go out back to back until none is left or the run's deadline passes
+        await poll_value_async(send_window, lambda left: left == 0, deadline_s, poll_s=0.0)
+    log.gave_up += [e.event_id for e in [*retry, *todo]]  # what the deadline left unsent
     log.elapsed_s = time.monotonic() - started
     return log
 
