@@ -174,6 +174,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{len(students)} submissions in {args.folder}: {', '.join(students)}")  # noqa: T201
+    # The demo's notebooks are the small release (setup and exercise cells): graded whole, they are not the
+    # student edition and score nothing, so the line says how to grade them.
+    stems = ",".join(nb.stem[:2] for nb in references)
+    print(f"grade them: make grade SUBMISSIONS={args.folder} GRADE_NOTEBOOKS={stems} SMALL=1"  # noqa: T201
+          + (" (--lab1: the lab is graded too)" if args.lab1 else ""))
     if "hostile" in kinds:
         print(f"the hostile one marks what it writes with {marker}: after make grade, "  # noqa: T201
               f"grep -rl {marker} /tmp {ROOT} {args.folder} finds nothing")
