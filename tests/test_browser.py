@@ -588,6 +588,18 @@ def student_path_params(stems: tuple[str, ...], *, inside: bool) -> list[Any]:
             for p in STUDENT_PATHS if (p.notebook[:2] in stems) == inside]
 
 
+def student_path_test(stems: tuple[str, ...]) -> Any:
+    """The walk below over the paths of ``stems``, as a test function for another file to hold (its own worker
+    under ``--dist loadfile``, with its own JupyterLab from the module fixtures it imports)."""
+
+    @pytest.mark.parametrize("path", student_path_params(stems, inside=True))
+    def test(path: StudentPath, lab: browser_support.JupyterServer, browser: Any, student_edition: Path,
+             screens: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        test_the_student_path_run_all_fill_fail_retry_and_reload(path, lab, browser, student_edition, screens, capsys)
+
+    return test
+
+
 @pytest.mark.parametrize("path", student_path_params(SECOND_HALF + THIRD_PART, inside=False))
 def test_the_student_path_run_all_fill_fail_retry_and_reload(
     path: StudentPath,

@@ -1,39 +1,12 @@
-"""The third part of the browser student paths: 11 and 04 (``test_browser.THIRD_PART``).
-
-``tests/test_browser.py`` holds the walk, its fixtures and every path, and walks the first half itself;
-this file only gives 11 (its brokers) and 04 a file of their own, so that ``--dist loadfile`` runs it on another
-worker with its own JupyterLab (11 alone walks for about 4 minutes under load).
+"""The third part of the browser student paths: 11 and 04 (``test_browser.THIRD_PART``), on a worker of
+their own (11's Run All starts RabbitMQ and NATS: about 4 minutes under load). See ``test_browser_student.py``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-import browser_support
-import pytest
 import test_browser
-from test_browser import (  # noqa: F401 (module fixtures, imported to be this module's own)
-    browser,
-    chromium,
-    lab,
-    screens,
-    student_edition,
-    work_dir,
-)
+from test_browser import browser, chromium, lab, screens, student_edition, work_dir  # noqa: F401 (fixtures)
 
 pytestmark = test_browser.pytestmark
 
-
-@pytest.mark.parametrize("path", test_browser.student_path_params(test_browser.THIRD_PART, inside=True))
-def test_the_student_path_third_part(
-    path: test_browser.StudentPath,
-    lab: browser_support.JupyterServer,  # noqa: F811 (the fixture imported above)
-    browser: Any,  # noqa: F811
-    student_edition: Path,  # noqa: F811
-    screens: Path,  # noqa: F811
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """The same walk as ``test_browser.test_the_student_path_run_all_fill_fail_retry_and_reload``."""
-    test_browser.test_the_student_path_run_all_fill_fail_retry_and_reload(
-        path, lab, browser, student_edition, screens, capsys)
+test_the_student_path_third_part = test_browser.student_path_test(test_browser.THIRD_PART)
