@@ -16,7 +16,7 @@ from rich.progress import Progress
 
 from labs.bench import placement, runner
 from labs.bench.results import table, verdicts, write_json
-from labs.bench.shapes import SHAPES
+from labs.bench.shapes import SHAPES, shape_names
 from labs.launcher import topologies
 from labs.launcher.errors import LauncherError
 from solutions.gc_tuning import tune_for_throughput
@@ -48,16 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster figures (shards, kill -9)")
     parser.add_argument("--out", type=Path, default=REPORTS, help=f"where the JSON goes (default {REPORTS})")
     return parser
-
-
-def shape_names(text: str) -> tuple[str, ...]:
-    """``--shapes "four fields,+5 fields"`` -> the names, each one of :data:`SHAPES`."""
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in SHAPES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown shape {', '.join(map(repr, unknown)) or '(none given)'}; "
-                                         f"choose from: {', '.join(SHAPES)}")
-    return names
 
 
 def plan_from(args: argparse.Namespace) -> runner.Plan:

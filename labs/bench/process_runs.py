@@ -132,14 +132,17 @@ def _crossing(samples: Sequence[Sample], level: float) -> tuple[float, float | N
 
 
 def run(consumer: Consumer, url: str, stream: str, group: str, n: int, workdir: Path,
-        timeout_s: float = 600.0) -> Drain:
+        timeout_s: float = 600.0, tree: Path = ROOT) -> Drain:
     """Start ``consumer`` on ``group`` (pre-produced), poll its acks until all ``n``, stop it;
-    returns its rate (msgs/s) and CPU over the middle of the drain."""
+    returns its rate (msgs/s) and CPU over the middle of the drain.
+
+    The process runs in ``tree`` (a checkout; this one by default), so ``python -m`` imports that
+    tree's ``solutions`` and ``labs``: :mod:`labs.bench.ab` measures another commit's worker so."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{group}.log"
     argv = consumer.argv(url, stream, group, workdir / f"{group}.sqlite3", n)
     with redis.Redis.from_url(url) as client, log_path.open("wb") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out)
+        proc = subprocess.Popen(argv, cwd=tree, stdout=subprocess.DEVNULL, stderr=out)
         try:
             with placement.off_the_client_cpus():  # the poll must not share the consumer's CPU
                 samples = _poll(client, proc, consumer.label, stream, group, n, timeout_s, log_path)

@@ -8,6 +8,7 @@ the bench measures each.
 
 from __future__ import annotations
 
+import argparse
 import uuid
 from collections.abc import Callable
 
@@ -67,3 +68,13 @@ SHAPES: dict[str, Callable[[int], Fields]] = {
     "random event ids": random_ids,
 }
 DIAGNOSIS_SHAPES = frozenset({"random event ids"})  # measured and shown, no target: a producer's choice
+
+
+def shape_names(text: str) -> tuple[str, ...]:
+    """``--shapes "four fields,+5 fields"`` -> the names, each one of :data:`SHAPES`."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in SHAPES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown shape {', '.join(map(repr, unknown)) or '(none given)'}; "
+                                         f"choose from: {', '.join(SHAPES)}")
+    return names
