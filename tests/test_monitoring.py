@@ -84,10 +84,15 @@ def test_stream_metrics_and_the_collect_script_reach_prometheus(stack: Monitorin
             client.xadd(stream, {"n": i})
         client.xreadgroup("billing", "c1", {stream: ">"}, count=1)
     try:
-        assert wait_until(lambda: _value(stack, f'stream_group:lag_entries{{stream="{stream}"}}') == 3, 20.0,
-                          "lag 3", poll_s=0.3)
-        assert _value(stack, f'stream_group:pending_entries{{stream="{stream}"}}') == 1
-        assert _value(stack, f'redis_stream_length{{stream="{stream}"}}') == 4
+        # One scrape is not atomic: the exporter's stream check and its Lua script read Redis one after the
+        # other, so a scrape that spans the XREADGROUP can say lag 3 (the script, after) and pending 0 (the
+        # check, before); the next scrape agrees. Wait for the three together (a noisy run met it: pending 0.0).
+        def seen() -> tuple[float | None, ...]:
+            return tuple(_value(stack, f'{name}{{stream="{stream}"}}') for name in (
+                "stream_group:lag_entries", "stream_group:pending_entries", "redis_stream_length"))
+
+        assert wait_until(lambda: seen() == (3, 1, 4), 20.0, lambda: f"lag, pending, length (3, 1, 4): {seen()}",
+                          poll_s=0.3)
         assert (_value(stack, f'stream_group:oldest_pending_age_seconds{{stream="{stream}"}}') or -1) >= 0
     finally:
         with contextlib.closing(redis.Redis.from_url(_aof(stack).url)) as client:
