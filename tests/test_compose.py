@@ -10,7 +10,7 @@ import yaml
 from labs.launcher import ports, topologies
 from labs.launcher.cluster import DEFAULT_NODE_TIMEOUT_MS
 from labs.launcher.configs import cluster_lines, sentinel_conf
-from labs.launcher.topology import MASTER_NAME, QUORUM, Topology
+from labs.launcher.topology import MASTER_NAME, QUORUM
 
 COMPOSE = Path(__file__).resolve().parents[1] / "compose"
 
@@ -46,7 +46,7 @@ def test_redis_yml_is_redis_7_with_aof_everysec_and_insight() -> None:
 
 def test_sentinel_yml_mirrors_the_native_topology(tmp_path: Path) -> None:
     services = _load("sentinel.yml")["services"]
-    native = Topology.create(
+    native = topologies.create(
         "sentinel",
         tmp_path,
         server_ports=[int(ports.DEFAULTS[ports.MASTER_PORT_VAR]), int(ports.DEFAULTS[ports.REPLICA_PORT_VAR])],

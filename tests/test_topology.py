@@ -158,16 +158,6 @@ def test_unknown_topology_is_refused(tmp_path: Path) -> None:
         topologies.create("galaxy", tmp_path, server_ports=[7001])
 
 
-# Files that still build a topology through the Topology class's own constructors, each its
-# owner's (issue 41, item 4: one topology factory, labs.launcher.topologies); the lead clears it.
-OLD_FACTORY_CALLERS = {
-    "notebooks/03_persistence_and_replication.ipynb": "notebook 03's owner",
-    "notebooks/04_lab1.ipynb": "notebook 04's owner",
-    "notebooks/10_monitoring_and_incidents.ipynb": "notebook 10's owner",
-    "tests/test_compose.py": "the compose test",
-}
-
-
 def test_one_topology_factory() -> None:
     """A topology is built by labs.launcher.topologies (create, from_env, on_free_ports), which knows
     every kind, the cluster too; Topology's own constructors are its builders, not a second factory."""
@@ -176,6 +166,5 @@ def test_one_topology_factory() -> None:
     paths = [*root.glob("labs/**/*.py"), *root.glob("tests/*.py"), *root.glob("notebooks/*.ipynb")]
     callers = {str(p.relative_to(root)) for p in paths if p.exists() and old.search(p.read_text())}
     callers -= {"labs/launcher/topologies.py", "tests/test_topology.py"}
-    assert sorted(callers - set(OLD_FACTORY_CALLERS)) == [], "build it with labs.launcher.topologies"
-    assert sorted(set(OLD_FACTORY_CALLERS) - callers) == [], "gone: remove from OLD_FACTORY_CALLERS"
+    assert sorted(callers) == [], "build it with labs.launcher.topologies"
 
