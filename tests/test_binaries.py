@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,15 @@ def test_too_old_redis_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     monkeypatch.setenv("REDIS_BIN_DIR", str(tmp_path))
     with pytest.raises(LauncherError, match=r"Redis 6\.2\.1, the labs need >= 7\.0"):
         binaries.require("redis-server")
+
+
+def test_a_redis_binary_is_found_only_through_the_flavour() -> None:
+    """labs.launcher.binaries is the one seam that finds redis-server: it follows the flavour (REDIS=valkey8,
+    REDIS_BIN_DIR). Three experiments looked it up on PATH themselves, so under another flavour they ran
+    Debian's Redis 7.0 beside the flavour's topology."""
+    root = Path(__file__).resolve().parents[1]
+    own = re.compile(r"""which\(\s*["'](redis|valkey)-""")
+    seams = {"labs/launcher/binaries.py", "labs/launcher/flavours.py"}
+    found = [str(p.relative_to(root)) for d in ("labs", "solutions") for p in (root / d).rglob("*.py")
+             if str(p.relative_to(root)) not in seams and own.search(p.read_text(encoding="utf-8"))]
+    assert found == [], f"find it with labs.launcher.binaries.require: {found}"

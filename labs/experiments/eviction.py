@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import redis
 
-from labs.launcher import ports
+from labs.launcher import binaries, ports
 from labs.launcher.process import RedisProcess
 from labs.polling import poll_value
 
@@ -67,7 +66,7 @@ class EvictionResult:
 def throwaway_redis(home: Path, *, policy: str, headroom_bytes: int = HEADROOM_BYTES) -> Iterator[RedisProcess]:
     """A ``redis-server`` on a free port under ``home`` with ``maxmemory`` and ``policy``; killed on exit."""
     port = ports.free_port()
-    proc = RedisProcess(f"eviction-{port}", port, home, shutil.which("redis-server") or "redis-server")
+    proc = RedisProcess(f"eviction-{port}", port, home, binaries.require("redis-server"))
     home.mkdir(parents=True, exist_ok=True)
     proc.conf.write_text(
         f'port {port}\nbind 127.0.0.1\ndir "{proc.data_dir}"\nsave ""\nappendonly no\n'

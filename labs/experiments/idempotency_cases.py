@@ -15,7 +15,6 @@ Tests in ``tests/test_idempotency_cases.py``.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ import redis
 
 from labs import replies
 from labs.experiments.read_loop import GROUP, fresh_group
-from labs.launcher import ports
+from labs.launcher import binaries, ports
 from labs.launcher.process import RedisProcess, command
 from labs.polling import wait_until
 
@@ -166,7 +165,7 @@ class Pair:
 @contextlib.contextmanager
 def master_and_replica(run_dir: Path) -> Iterator[Pair]:
     """Start a master and a replica without persistence under ``run_dir``; stop both afterwards."""
-    binary = shutil.which("redis-server") or "redis-server"
+    binary = binaries.require("redis-server")
     made: list[RedisProcess] = []
     try:
         for role in ("master", "replica"):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import signal
 import time
 from collections.abc import Sequence
@@ -36,7 +35,7 @@ from pathlib import Path
 
 import redis
 
-from labs.launcher import ports
+from labs.launcher import binaries, ports
 from labs.launcher.process import RedisProcess
 from labs.launcher.topology import Topology
 
@@ -151,7 +150,7 @@ def stop_and_count(home: Path, *, default_save: bool, n_writes: int = 100) -> St
     apply; ``False`` writes ``save ""``. The server is killed afterwards.
     """
     port = ports.free_port()
-    proc = RedisProcess(f"stop-{port}", port, home, shutil.which("redis-server") or "redis-server")
+    proc = RedisProcess(f"stop-{port}", port, home, binaries.require("redis-server"))
     home.mkdir(parents=True, exist_ok=True)
     save_line = "" if default_save else 'save ""\n'
     proc.conf.write_text(f'port {port}\nbind 127.0.0.1\ndir "{proc.data_dir}"\nappendonly no\n{save_line}')
