@@ -17,9 +17,8 @@ from exercise_support import namespace, passes, says, solved, verdict
 
 from labs.experiments.persistence import count_present, write_acknowledged
 from labs.experiments.replication import wait_replicas
-from labs.launcher import ports
+from labs.launcher import ports, topologies
 from labs.launcher.process import RedisProcess
-from labs.launcher.topology import Topology
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,7 +26,7 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def ns(redis_client: redis.Redis, key_prefix: str, redis_url: str, tmp_path: Path) -> dict[str, Any]:
     return namespace(
-        redis_client, key_prefix, redis_url, RUN_DIR=tmp_path, Topology=Topology,
+        redis_client, key_prefix, redis_url, RUN_DIR=tmp_path, topologies=topologies,
         write_acknowledged=write_acknowledged, count_present=count_present, wait_replicas=wait_replicas,
     )  # fmt: skip
 

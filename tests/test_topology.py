@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -103,6 +104,12 @@ def test_failover_promotes_the_replica(sentinel_topology: Topology, hard: bool) 
     assert roles[replica] == "master"
     if hard:
         assert roles[old[1]] == "down"
+    sentinel_topology.wait_switched(result.new_master, time.monotonic() + 30)
+    with pytest.raises(LauncherError) as waited:  # a wait that cannot end names what each sentinel reports
+        sentinel_topology.wait_switched(old, time.monotonic() + 0.3)
+    message = str(waited.value)
+    assert message.count("tilt=") == len(sentinel_topology.sentinels), message
+    assert f"{result.new_master[0]}:{result.new_master[1]} flags=master" in message, message
 
 
 @pytest.mark.failover

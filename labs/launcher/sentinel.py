@@ -172,27 +172,80 @@ def _failover_switched(proc: RedisProcess, old: tuple[str | None, str | None], d
     return (info.get("ip"), info.get("port")) != old
 
 
-def switched(proc: RedisProcess, new: Address) -> bool:
-    """True once ``proc`` has switched to ``new``, finished the failover, and pinged the new master."""
-    with contextlib.closing(proc.client()) as client:
-        try:
-            info = pairs(command(client, "SENTINEL", "MASTER", MASTER_NAME))
-        except redis.RedisError:
-            return False
-    # Switched, done, and with a fresh PING reply from the new master: a sentinel whose link
-    # to the new master is not up yet may still mark it down and fail over once more.
+FRESH_PING_MS = 500  # a PING reply this recent shows the sentinel's link to the master is up
+
+
+def on_master(info: dict[str, str] | None, new: Address) -> bool:
+    """True if a ``SENTINEL MASTER`` reply names ``new`` as the master, with the failover finished."""
     return (
-        (info.get("ip"), info.get("port")) == (new[0], str(new[1]))
+        info is not None
+        and (info.get("ip"), info.get("port")) == (new[0], str(new[1]))
         and info.get("flags") == "master"
         and info.get("role-reported") == "master"
-        and int(info.get("last-ok-ping-reply", "999999")) < 500
+    )
+
+
+def fresh_ping(info: dict[str, str]) -> bool:
+    """True if the sentinel had a PING reply from the master under :data:`FRESH_PING_MS` ago."""
+    return int(info.get("last-ok-ping-reply", "999999")) < FRESH_PING_MS
+
+
+def switched(proc: RedisProcess, new: Address) -> bool:
+    """True once ``proc`` has switched to ``new``, finished the failover, and pinged the new master.
+
+    One look: the PING reply must be fresh right now. :func:`wait_all_switched` remembers a fresh
+    reply per sentinel instead, since the sentinels ping about once a second, each on its own phase.
+    """
+    info = _master_info(proc)
+    return info is not None and on_master(info, new) and fresh_ping(info)
+
+
+def _view(proc: RedisProcess, info: dict[str, str] | None) -> str:
+    """One sentinel's view of the master for a timeout message, with its TILT flag."""
+    if info is None:
+        return f"{proc.name}: no answer"
+    with contextlib.closing(proc.client()) as client:
+        try:
+            tilt = str(client.info("sentinel").get("sentinel_tilt", "?"))
+        except redis.RedisError:
+            tilt = "?"
+    return (
+        f"{proc.name}: {info.get('ip')}:{info.get('port')} flags={info.get('flags')} "
+        f"role-reported={info.get('role-reported')} last-ok-ping-reply={info.get('last-ok-ping-reply')} ms "
+        f"tilt={tilt}"
     )
 
 
 def wait_all_switched(sentinels: Sequence[RedisProcess], new: Address, deadline: float) -> None:
-    """Poll until every sentinel has :func:`switched` to ``new`` (``time.monotonic`` deadline)."""
-    wait_until(lambda: all(switched(proc, new) for proc in sentinels), seconds_left(deadline),
-               f"the sentinels all to switch to {new[0]}:{new[1]}", POLL_S, error=LauncherError)
+    """Poll until every sentinel has switched to ``new``, finished, and had a PING reply from it.
+
+    Switched and finished must hold at once for all; the fresh PING reply (a sentinel whose link
+    to the new master is not up yet may still mark it down and fail over once more) is remembered
+    per sentinel from the poll that saw it, as long as that sentinel stays switched. Demanding
+    all three replies fresh at the same poll waited for ping phases to line up: with a ping about
+    every second and a 500 ms bound, three sentinels on spread phases never are all fresh at once
+    (a 60 s timeout in CI).
+    """
+    seen_fresh: set[int] = set()
+    infos: dict[int, dict[str, str] | None] = {}
+
+    def all_switched() -> bool:
+        for proc in sentinels:
+            info = infos[proc.port] = _master_info(proc)
+            if info is None or not on_master(info, new):
+                seen_fresh.discard(proc.port)
+            elif fresh_ping(info):
+                seen_fresh.add(proc.port)
+        return len(seen_fresh) == len(sentinels)
+
+    def what() -> str:
+        views = "; ".join(_view(proc, infos.get(proc.port)) for proc in sentinels)
+        return (
+            f"the sentinels all to switch to {new[0]}:{new[1]} and ping it (a reply under "
+            f"{FRESH_PING_MS} ms seen from {len(seen_fresh)} of {len(sentinels)}); they report: {views}"
+        )
+
+    wait_until(all_switched, seconds_left(deadline), what, POLL_S, error=LauncherError)
 
 
 def pairs(reply: object) -> dict[str, str]:
