@@ -38,8 +38,13 @@ def test_kill_9_of_one_shards_master_loses_nothing_and_stalls_only_that_shard(
     assert run.tally.confirmed > 200 and run.tally.lost == 0 and run.tally.duplicated == 0, run.tally
     assert run.tally.charged_once == run.tally.confirmed
     assert run.violations == 0 and run.pending_end == (0, 0, 0)
-    assert run.gaps_s[0] >= 1.0, "the killed master's shard waited for the promotion"
-    assert run.others_gap_s < 1.0, f"the other shards kept charging: {run.gaps_s}"
+    gaps = f"longest pause in charging per shard {run.gaps_s} s, CLUSTERDOWN replies {run.clusterdown_replies}"
+    assert run.gaps_s[0] >= 1.0, f"the killed master's shard waited for the promotion: {gaps}"
+    # Only that shard stalled: with cluster-require-full-coverage no the healthy masters refused nothing (counted
+    # in their INFO errorstats). Their charging gaps are not the proof: a loaded machine pauses this whole
+    # process (all shards alike; 1.44 s on both healthy shards once, under make test-noisy).
+    assert len(run.clusterdown_replies) == 3 and run.clusterdown_replies[0] is None, gaps
+    assert run.others_refused == 0, gaps
 
 
 @pytest.mark.failover

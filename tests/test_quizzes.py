@@ -23,8 +23,9 @@ pytestmark = pytest.mark.timeout(60)
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 WINDOW = module3.FailoverWindow(acknowledged=5, on_old_master=5, wait_replicas=0, after_resync=(0, 0))
-CLUSTER_FACTS = cluster_quiz.ClusterFacts(resplit_violations=1, killed_gap_s=2.4, others_gap_no_s=0.05,
-                                          others_gap_yes_s=1.0, tail_written=50, tail_survived=0, tail_wait=0)
+CLUSTER_FACTS = cluster_quiz.ClusterFacts(resplit_violations=1, killed_gap_s=2.4, others_refused_no=0,
+                                          others_refused_yes=40, others_gap_yes_s=1.0, tail_written=50,
+                                          tail_survived=0, tail_wait=0)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +123,8 @@ def test_cluster_keys_agree_with_a_real_cluster_and_the_notebooks_facts(cluster:
         assert list(rc.scan_iter(match="tq:cluster:*")) == []
         wrongs = [
             dataclasses.replace(CLUSTER_FACTS, resplit_violations=0),
-            dataclasses.replace(CLUSTER_FACTS, others_gap_no_s=1.2),
+            dataclasses.replace(CLUSTER_FACTS, others_refused_no=3),
+            dataclasses.replace(CLUSTER_FACTS, others_refused_yes=0),
             dataclasses.replace(CLUSTER_FACTS, others_gap_yes_s=0.02),
             dataclasses.replace(CLUSTER_FACTS, tail_survived=50),
         ]

@@ -106,7 +106,7 @@ async def coverage_stall(
             layout = [ranges for _, ranges in sorted(router.masters().items(), key=lambda item: item[1][0])]
             names = [shard_name(stream, t) for t in plan_tags(stream, len(layout), layout)]
             ports = [addr[1] for name in names if (addr := router.owner(name))]
-            refused = [_clusterdown_count(topology, port) for port in ports]
+            refused = [clusterdown_replies(topology, port) for port in ports]
             acks: dict[str, list[float]] = {name: [] for name in names}
             stop = asyncio.Event()
             writers = [asyncio.create_task(_write(router.client(n), acks[n], stop, period_ms)) for n in names]
@@ -117,7 +117,8 @@ async def coverage_stall(
             await asyncio.sleep(settle_s)
             stop.set()
             await asyncio.gather(*writers)
-            refused = [_clusterdown_count(topology, port) - before for port, before in zip(ports, refused, strict=True)]
+            refused = [clusterdown_replies(topology, port) - before
+                       for port, before in zip(ports, refused, strict=True)]
             for name in names:
                 await router.client(name).delete(name)
     finally:
@@ -159,7 +160,7 @@ def _longest_gap(times: list[float], since: float) -> float:
     return max((b - a for a, b in itertools.pairwise(window)), default=0.0)
 
 
-def _clusterdown_count(topology: ClusterTopology, port: int) -> int:
+def clusterdown_replies(topology: ClusterTopology, port: int) -> int:
     """``INFO errorstats`` on one node: how many ``CLUSTERDOWN`` replies it has sent (0 when it is down)."""
     with contextlib.closing(topology.server(port).client()) as client:
         try:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from labs.experiments import scenario_settings
-from labs.experiments.cluster_faults import set_full_coverage
+from labs.experiments.cluster_faults import clusterdown_replies, set_full_coverage
 from labs.experiments.cluster_load import (
     Charged,
     ShardWriters,
@@ -145,10 +145,20 @@ class FaultRun:
     violations: int  # per-key order
     pending_end: tuple[int, ...]
     detail: dict[str, Any] = field(default_factory=dict)
+    # CLUSTERDOWN replies each shard's master sent over the fault, from its own INFO errorstats (None: the
+    # hit shard's, killed); empty when the run did not count them
+    clusterdown_replies: tuple[int | None, ...] = ()
 
     @property
     def others_gap_s(self) -> float:
+        """The other shards' longest pause in charging: a figure to show, not a proof (a loaded machine
+        pauses the whole process, every shard alike); :attr:`others_refused` is the mechanism."""
         return max((g for i, g in enumerate(self.gaps_s) if i != self.hit), default=0.0)
+
+    @property
+    def others_refused(self) -> int:
+        """CLUSTERDOWN replies the healthy shards' masters sent over the fault (counted on the servers)."""
+        return sum(n for i, n in enumerate(self.clusterdown_replies) if i != self.hit and n is not None)
 
 
 async def fault_under_load(
@@ -163,11 +173,17 @@ async def fault_under_load(
     """
 
     async def fault(router: ClusterRouter, shard_set: ShardSet) -> tuple[int, int, float, dict[str, Any]]:
-        port = _owner_port(router, shard_set.names[0])
+        masters = [_owner_port(router, name) for name in shard_set.names]
+        port = masters[0]
+        before = [await asyncio.to_thread(clusterdown_replies, topology, p) for p in masters]
         if mark is not None:
             mark("kill -9" if hard else "CLUSTER FAILOVER")
         result = await asyncio.to_thread(topology.failover, hard=hard, master_port=port, restart_old=True)
-        return result.old_master[1], result.new_master[1], result.elapsed_s, {"ready_s": result.ready_s}
+        # the healthy masters refuse every key while the cluster is 'fail' (full coverage 'yes') and none with 'no'
+        refused = [None if p == port else await asyncio.to_thread(clusterdown_replies, topology, p) - before[i]
+                   for i, p in enumerate(masters)]
+        return result.old_master[1], result.new_master[1], result.elapsed_s, {"ready_s": result.ready_s,
+                                                                              "clusterdown_replies": tuple(refused)}
 
     set_full_coverage(topology, full_coverage)
     try:
@@ -176,7 +192,8 @@ async def fault_under_load(
     finally:
         set_full_coverage(topology, False)
     return replace(run, kind="kill -9" if hard else "CLUSTER FAILOVER", detail={**run.detail,
-                                                                                 "full_coverage": full_coverage})
+                                                                                 "full_coverage": full_coverage},
+                   clusterdown_replies=run.detail.get("clusterdown_replies", ()))
 
 
 async def reshard_under_load(

@@ -26,8 +26,9 @@ class ClusterFacts:
 
     resplit_violations: int  # the order's events charged out of order after 3 -> 4 shards
     killed_gap_s: float  # kill -9 of a master: its shard's longest pause in charging
-    others_gap_no_s: float  # ... the other shards' longest pause, cluster-require-full-coverage no
-    others_gap_yes_s: float  # ... and with yes
+    others_refused_no: int  # ... CLUSTERDOWN replies the other shards' masters sent, cluster-require-full-coverage no
+    others_refused_yes: int  # ... and with yes
+    others_gap_yes_s: float  # ... the other shards' longest pause in charging with yes
     tail_written: int  # writes the master acknowledged after its replica's link was cut
     tail_survived: int  # of them, on the promoted replica
     tail_wait: int  # what WAIT 1 said of them
@@ -94,13 +95,13 @@ def _resplit(facts: ClusterFacts) -> Check:
 
 def _kill_no(facts: ClusterFacts) -> Check:
     return lambda c, key: (
-        1 if facts.others_gap_no_s < PROMOTION_STALL_S <= facts.killed_gap_s else 0
+        1 if facts.others_refused_no == 0 and facts.killed_gap_s >= PROMOTION_STALL_S else 0
     )
 
 
 def _kill_yes(facts: ClusterFacts) -> Check:
     return lambda c, key: (
-        2 if facts.others_gap_yes_s >= PROMOTION_STALL_S / 2 and facts.others_gap_yes_s > facts.others_gap_no_s else 0
+        2 if facts.others_refused_yes > 0 and facts.others_gap_yes_s >= PROMOTION_STALL_S / 2 else 0
     )
 
 
