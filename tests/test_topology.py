@@ -104,9 +104,9 @@ def test_failover_promotes_the_replica(sentinel_topology: Topology, hard: bool) 
     assert roles[replica] == "master"
     if hard:
         assert roles[old[1]] == "down"
-    sentinel_topology.wait_switched(result.new_master, time.monotonic() + 30)
+    assert sentinel_topology.wait_switched(old, time.monotonic() + 30) == result.new_master
     with pytest.raises(LauncherError) as waited:  # a wait that cannot end names what each sentinel reports
-        sentinel_topology.wait_switched(old, time.monotonic() + 0.3)
+        sentinel_topology.wait_switched(result.new_master, time.monotonic() + 0.3)
     message = str(waited.value)
     assert message.count("tilt=") == len(sentinel_topology.sentinels), message
     assert f"{result.new_master[0]}:{result.new_master[1]} flags=master" in message, message

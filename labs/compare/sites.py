@@ -92,8 +92,8 @@ class RedisSite:
     def restart(self, port: int, queue: str) -> None:
         topo = self._topo
         old = (topo.server(port).host, port)
-        new = topo.wait_new_master(old, time.monotonic() + SWITCH_TIMEOUT_S)
-        topo.wait_switched(new, time.monotonic() + SWITCH_TIMEOUT_S)  # before the old master answers again
+        topo.wait_new_master(old, time.monotonic() + SWITCH_TIMEOUT_S)
+        topo.wait_switched(old, time.monotonic() + SWITCH_TIMEOUT_S)  # before the old master answers again
         # a child the killed server forked (an AOF rewrite) holds its listening socket until it ends
         wait_until(lambda: not ports.in_use(port), SWITCH_TIMEOUT_S, f"port {port} of the killed Redis to close")
         topo.start(topo.server(port))

@@ -214,10 +214,9 @@ def rejoin_old_master(
     (``CONFIG SET``) so that the sync starts at once instead of after the default 5 s.
     """
     started = time.monotonic()
-    new = topology.master_addr()
     # Restart only once every sentinel has switched and pinged the new master: a sentinel that
     # has not would still flag it down and could promote the returning old master instead.
-    topology.wait_switched(new, started + timeout_s)
+    new = topology.wait_switched(old, started + timeout_s)
     proc = topology.server(old[1])
     topology.start(proc)
     with contextlib.closing(proc.client()) as client:

@@ -140,7 +140,7 @@ class SentinelDeployment:
         promoted_t = time.time()
         fault: Fault = {"kind": "kill -9", "old": old, "new": new, "fault_t": fault_t, "promoted_t": promoted_t,
                  "promoted_after_s": promoted_t - fault_t}
-        topo.wait_switched(new, deadline)
+        fault["new"] = topo.wait_switched(old, deadline)  # a second failover may have followed the first
         topo.start(topo.server(old[1]))
         topo.wait_ready(FAILOVER_TIMEOUT_S)
         fault["replica_back_after_s"] = time.time() - fault_t

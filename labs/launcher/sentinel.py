@@ -190,16 +190,6 @@ def fresh_ping(info: dict[str, str]) -> bool:
     return int(info.get("last-ok-ping-reply", "999999")) < FRESH_PING_MS
 
 
-def switched(proc: RedisProcess, new: Address) -> bool:
-    """True once ``proc`` has switched to ``new``, finished the failover, and pinged the new master.
-
-    One look: the PING reply must be fresh right now. :func:`wait_all_switched` remembers a fresh
-    reply per sentinel instead, since the sentinels ping about once a second, each on its own phase.
-    """
-    info = _master_info(proc)
-    return info is not None and on_master(info, new) and fresh_ping(info)
-
-
 def _view(proc: RedisProcess, info: dict[str, str] | None) -> str:
     """One sentinel's view of the master for a timeout message, with its TILT flag."""
     if info is None:
@@ -216,36 +206,50 @@ def _view(proc: RedisProcess, info: dict[str, str] | None) -> str:
     )
 
 
-def wait_all_switched(sentinels: Sequence[RedisProcess], new: Address, deadline: float) -> None:
-    """Poll until every sentinel has switched to ``new``, finished, and had a PING reply from it.
+def wait_all_switched(sentinels: Sequence[RedisProcess], old: Address, deadline: float) -> Address:
+    """Poll until every sentinel names one and the same master other than ``old``, has finished the
+    failover, and has had a PING reply from that master; return it.
+
+    The master is whichever the sentinels end up agreeing on, not the one a quorum named first: a
+    failover can be followed by a second one (the first promoted replica marked down on a loaded
+    machine, or a failover that timed out), and a wait for the first name never ends (seen in CI:
+    all three sentinels on another replica for 60 s).
 
     Switched and finished must hold at once for all; the fresh PING reply (a sentinel whose link
     to the new master is not up yet may still mark it down and fail over once more) is remembered
-    per sentinel from the poll that saw it, as long as that sentinel stays switched. Demanding
-    all three replies fresh at the same poll waited for ping phases to line up: with a ping about
-    every second and a 500 ms bound, three sentinels on spread phases never are all fresh at once
-    (a 60 s timeout in CI).
+    per sentinel from the poll that saw it, as long as that sentinel stays on that master.
+    Demanding all three replies fresh at the same poll waited for ping phases to line up: with a
+    ping about every second and a 500 ms bound, three sentinels on spread phases never are all
+    fresh at once (a 60 s timeout in CI).
     """
-    seen_fresh: set[int] = set()
+    seen_fresh: dict[int, Address] = {}
     infos: dict[int, dict[str, str] | None] = {}
 
-    def all_switched() -> bool:
+    def master_of(info: dict[str, str] | None) -> Address | None:
+        if info is None or info.get("ip") is None or not info.get("port", "").isdigit():
+            return None
+        addr = (str(info["ip"]), int(info["port"]))
+        return addr if addr != old and on_master(info, addr) else None
+
+    def agreed() -> Address | None:
         for proc in sentinels:
             info = infos[proc.port] = _master_info(proc)
-            if info is None or not on_master(info, new):
-                seen_fresh.discard(proc.port)
-            elif fresh_ping(info):
-                seen_fresh.add(proc.port)
-        return len(seen_fresh) == len(sentinels)
+            addr = master_of(info)
+            if addr is None or seen_fresh.get(proc.port, addr) != addr:
+                seen_fresh.pop(proc.port, None)
+            if addr is not None and info is not None and fresh_ping(info):
+                seen_fresh[proc.port] = addr
+        masters = set(seen_fresh.values())
+        return masters.pop() if len(seen_fresh) == len(sentinels) and len(masters) == 1 else None
 
     def what() -> str:
         views = "; ".join(_view(proc, infos.get(proc.port)) for proc in sentinels)
         return (
-            f"the sentinels all to switch to {new[0]}:{new[1]} and ping it (a reply under "
+            f"the sentinels all to agree on a master other than {old[0]}:{old[1]} and ping it (a reply under "
             f"{FRESH_PING_MS} ms seen from {len(seen_fresh)} of {len(sentinels)}); they report: {views}"
         )
 
-    wait_until(all_switched, seconds_left(deadline), what, POLL_S, error=LauncherError)
+    return wait_until(agreed, seconds_left(deadline), what, POLL_S, error=LauncherError)
 
 
 def pairs(reply: object) -> dict[str, str]:

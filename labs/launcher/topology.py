@@ -335,14 +335,16 @@ class SentinelTopology(Topology):
         if hard and restart_old:
             # Restart only once every sentinel has switched: a sentinel still mid-failover
             # that sees the old master answer again would demote the promoted replica.
-            sentinel.wait_all_switched(self.sentinels, new, started + timeout_s)
+            # the master they agree on: a second failover may have followed the first
+            new = sentinel.wait_all_switched(self.sentinels, old, started + timeout_s)
             self.start(self.server(old[1]))
             self.wait_ready(timeout_s)
         return FailoverResult(old, new, elapsed_s, hard)
 
-    def wait_switched(self, new: Address, deadline: float) -> None:
-        """Poll until every sentinel has switched to ``new``, finished, and pinged it."""
-        sentinel.wait_all_switched(self.sentinels, new, deadline)
+    def wait_switched(self, away_from: Address, deadline: float) -> Address:
+        """Poll until every sentinel names one master other than ``away_from``, has finished, and has
+        pinged it; return that master (after a second failover, not the one first promoted)."""
+        return sentinel.wait_all_switched(self.sentinels, away_from, deadline)
 
     def wait_new_master(self, old: Address, deadline: float) -> Address:
         """Poll until a quorum of sentinels reports a master other than ``old`` (``time.monotonic`` deadline)."""
