@@ -191,9 +191,9 @@ async def fault_under_load(
                                 before_s=before_s, after_s=after_s, fault=fault)
     finally:
         set_full_coverage(topology, False)
-    return replace(run, kind="kill -9" if hard else "CLUSTER FAILOVER", detail={**run.detail,
-                                                                                 "full_coverage": full_coverage},
-                   clusterdown_replies=run.detail.get("clusterdown_replies", ()))
+    detail = {**run.detail, "full_coverage": full_coverage}
+    refused = detail.pop("clusterdown_replies", ())  # fault() hands it over in the detail; a field of its own
+    return replace(run, kind="kill -9" if hard else "CLUSTER FAILOVER", detail=detail, clusterdown_replies=refused)
 
 
 async def reshard_under_load(

@@ -175,14 +175,13 @@ def _failover_switched(proc: RedisProcess, old: tuple[str | None, str | None], d
 FRESH_PING_MS = 500  # a PING reply this recent shows the sentinel's link to the master is up
 
 
-def on_master(info: dict[str, str] | None, new: Address) -> bool:
-    """True if a ``SENTINEL MASTER`` reply names ``new`` as the master, with the failover finished."""
-    return (
-        info is not None
-        and (info.get("ip"), info.get("port")) == (new[0], str(new[1]))
-        and info.get("flags") == "master"
-        and info.get("role-reported") == "master"
-    )
+def finished_master(info: dict[str, str] | None, old: Address) -> Address | None:
+    """The master a ``SENTINEL MASTER`` reply names once its failover is finished, unless it is ``old``."""
+    if info is None or info.get("flags") != "master" or info.get("role-reported") != "master" \
+            or not info.get("port", "").isdigit():
+        return None
+    addr = (info.get("ip", ""), int(info["port"]))
+    return None if addr == old else addr
 
 
 def fresh_ping(info: dict[str, str]) -> bool:
@@ -225,20 +224,14 @@ def wait_all_switched(sentinels: Sequence[RedisProcess], old: Address, deadline:
     seen_fresh: dict[int, Address] = {}
     infos: dict[int, dict[str, str] | None] = {}
 
-    def master_of(info: dict[str, str] | None) -> Address | None:
-        if info is None or info.get("ip") is None or not info.get("port", "").isdigit():
-            return None
-        addr = (str(info["ip"]), int(info["port"]))
-        return addr if addr != old and on_master(info, addr) else None
-
     def agreed() -> Address | None:
         for proc in sentinels:
             info = infos[proc.port] = _master_info(proc)
-            addr = master_of(info)
-            if addr is None or seen_fresh.get(proc.port, addr) != addr:
-                seen_fresh.pop(proc.port, None)
-            if addr is not None and info is not None and fresh_ping(info):
+            addr = finished_master(info, old)
+            if info is not None and addr is not None and fresh_ping(info):
                 seen_fresh[proc.port] = addr
+            elif seen_fresh.get(proc.port) != addr:  # gone elsewhere (or nowhere) since its fresh reply
+                seen_fresh.pop(proc.port, None)
         masters = set(seen_fresh.values())
         return masters.pop() if len(seen_fresh) == len(sentinels) and len(masters) == 1 else None
 
