@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from labs.experiments import sentinel_log
+from labs.experiments import failover_window, sentinel_log
 
 LINES = [
     "12424:X 07 Dec 2026 02:08:45.337 # oO0OoO0OoO0Oo Redis is starting oO0OoO0OoO0Oo",
@@ -39,3 +39,15 @@ def test_the_events_since_a_moment_and_their_first_sights(tmp_path: Path) -> Non
     first = sentinel_log.first_sights(logged, since)
     assert first["+convert-to-slave"] - first["+switch-master"] == pytest.approx(10.040, abs=1e-3)
     assert sentinel_log.read_events(tmp_path / "missing.log", since) == []
+
+
+def test_each_event_keeps_what_it_is_about_and_a_filter_drops_another_servers_conversion() -> None:
+    other = "12424:X 07 Dec 2026 02:08:47.100 * +convert-to-slave slave 127.0.0.1:14044 127.0.0.1 14044 @ mymaster x"
+    since = _wall("2026-12-07 02:08:46.000")
+    logged = sentinel_log.events([other, *LINES], since)
+    assert logged[0].detail.startswith("slave 127.0.0.1:14044 ")
+    # the first conversion in the log is of another server (a replica re-converted late): not this failover's
+    keep = failover_window.about_old_master(("127.0.0.1", 15424))
+    first = sentinel_log.first_sights(logged, since, keep)
+    assert first["+convert-to-slave"] == pytest.approx(_wall("2026-12-07 02:08:58.971") - since, abs=1e-3)
+    assert sentinel_log.first_sights(logged, since)["+convert-to-slave"] == pytest.approx(1.1, abs=1e-3)

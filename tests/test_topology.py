@@ -17,7 +17,7 @@ import pytest
 import redis
 from billing_support import wait_until
 
-from labs.launcher import topologies
+from labs.launcher import sentinel, topologies
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import command, pid_alive
 from labs.launcher.sentinel import pairs
@@ -153,6 +153,18 @@ def _replica_flags(topo: Topology) -> str:
     with contextlib.closing(topo.sentinels[0].client()) as client:
         replicas = command(client, "SENTINEL", "REPLICAS", "mymaster")
     return " ".join(str(pairs(r).get("flags", "")) for r in replicas)
+
+
+def test_a_sentinels_stale_view_of_a_replica_is_named() -> None:
+    # what SENTINEL REPLICAS shows for a replica that rejoined moments ago, before this sentinel's next INFO of it
+    fresh = {"name": "127.0.0.1:7002", "flags": "slave", "role-reported": "slave", "master-link-status": "ok",
+             "master-host": "127.0.0.1", "master-port": "7001"}
+    master = ("127.0.0.1", 7001)
+    assert sentinel.replica_view_problem(fresh, master) == ""
+    assert "role master" in sentinel.replica_view_problem({**fresh, "role-reported": "master"}, master)
+    assert "link is err" in sentinel.replica_view_problem({**fresh, "master-link-status": "err"}, master)
+    assert "s_down" in sentinel.replica_view_problem({**fresh, "flags": "s_down,slave"}, master)
+    assert "127.0.0.1:7009" in sentinel.replica_view_problem({**fresh, "master-port": "7009"}, master)
 
 
 def test_sentinel_needs_a_replica_and_three_sentinels(tmp_path: Path) -> None:

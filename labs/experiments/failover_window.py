@@ -22,7 +22,10 @@ ONE`` while the old master keeps running as a master. Sentinel announces the new
 
 So on the converting sentinel's own clock ``+convert-to-slave`` comes more than 8 s after its
 ``+switch-master``, whatever the load: a loaded machine (or TILT, which skips the acting half
-for 30 s) only makes it later. A Pub/Sub listener's sights can be late by seconds on a loaded
+for 30 s) only makes it later. Only the conversion *of the old master* counts: a slow sentinel
+can still convert another server in the window, such as a replica that rejoined just before it
+(an ``INFO`` reply from before that replica's first conversion, handled late), and that event
+says nothing about this failover. A Pub/Sub listener's sights can be late by seconds on a loaded
 machine, so that wait is read from the sentinels' logs (:mod:`labs.experiments.sentinel_log`).
 Every write the old master acknowledges meanwhile is lost when it resyncs from the new master.
 
@@ -58,7 +61,7 @@ from labs.experiments import sentinel_log
 from labs.launcher.errors import LauncherError
 from labs.launcher.process import command
 from labs.launcher.sentinel import MASTER_NAME, ask_failover, async_master_client, pairs
-from labs.launcher.topology import Address, Topology
+from labs.launcher.topology import Address, SentinelTopology
 from labs.polling import poll_value_async
 from solutions.cancelling import cancel_and_wait
 from solutions.failover_watch import FailoverWatch
@@ -115,6 +118,8 @@ class GracefulWindow:
     # each sentinel's events as its log stamps them (its own clock), s from the request: {port: {event: s}}
     logged: dict[int, dict[str, float]] = field(default_factory=dict)
     sentinels_state: str = ""  # each sentinel's TILT flag and master, read after the demotion
+    # logged events about another server than the old master (not counted), one line each
+    others: tuple[str, ...] = ()
 
     @property
     def events(self) -> dict[str, float]:
@@ -158,6 +163,7 @@ class GracefulWindow:
                              for event, at in sorted(logged.items(), key=lambda item: item[1]))
             unlogged = ", ".join(f"{e} seen {t:.3f} (not in the log)" for e, t in seen.items() if e not in logged)
             lines.append(f"sentinel {port}: {said or 'nothing logged'}{'; ' + unlogged if unlogged else ''}")
+        lines.extend(f"not counted (another server): {line}" for line in self.others)
         lines.append(f"after the demotion: {self.sentinels_state or 'not read'}; old master role:slave at "
                      f"{self.demoted_s:.3f} s")
         for run in (self.plain, self.watched):
@@ -174,6 +180,13 @@ def _wait_s(sights: dict[int, dict[str, float]], window: GracefulWindow) -> floa
     if not waits:
         raise ValueError(f"no sentinel both switched and converted:\n{window.explain()}")
     return min(waits)
+
+
+def about_old_master(old: Address) -> Callable[[str, str], bool]:
+    """Whether an event (name, detail) belongs to this failover: a ``+convert-to-slave`` only when it
+    converts ``old`` (Sentinel writes ``slave <ip>:<port> <ip> <port> @ <master> ...``)."""
+    subject = f"slave {old[0]}:{old[1]} "
+    return lambda event, detail: event != "+convert-to-slave" or detail.startswith(subject)
 
 
 def plain_client(sentinels: tuple[Address, ...]) -> aioredis.Redis:
@@ -221,10 +234,11 @@ def _first_sights(by_sentinel: dict[int, dict[str, float]]) -> dict[str, float]:
 
 
 async def _listen_events(sentinels: tuple[Address, ...], by_sentinel: dict[int, dict[str, float]],
-                         subscribed: list[Address]) -> None:
+                         subscribed: list[Address], keep: Callable[[str, str], bool]) -> None:
     """First sight of each of :data:`EVENTS` on any sentinel's Pub/Sub; ``subscribed`` lists the sentinels
     whose subscription is confirmed (an event published before that is missed, and a late first sight of
-    ``+switch-master`` would shorten the wait measured from it)."""
+    ``+switch-master`` would shorten the wait measured from it). Only events that ``keep(event, detail)``
+    accepts are recorded."""
 
     async def one(address: Address) -> None:
         client = aioredis.Redis(host=address[0], port=address[1])
@@ -235,8 +249,11 @@ async def _listen_events(sentinels: tuple[Address, ...], by_sentinel: dict[int, 
                     pass
                 subscribed.append(address)
                 async for message in pubsub.listen():
-                    if message.get("type") == "message":
-                        by_sentinel.setdefault(address[1], {}).setdefault(message["channel"].decode(), time.monotonic())
+                    if message.get("type") != "message":
+                        continue
+                    event, detail = message["channel"].decode(), message["data"].decode(errors="replace")
+                    if keep(event, detail):
+                        by_sentinel.setdefault(address[1], {}).setdefault(event, time.monotonic())
         finally:
             await client.aclose()
 
@@ -251,7 +268,7 @@ async def _poll(check: Callable[[], Awaitable[bool]], timeout_s: float, what: st
 
 
 async def graceful_window(
-    topology: Topology, *, prefix: str, interval_ms: int = 50, timeout_s: float = 30.0
+    topology: SentinelTopology, *, prefix: str, interval_ms: int = 50, timeout_s: float = 30.0
 ) -> GracefulWindow:
     """``SENTINEL FAILOVER`` on a ready ``sentinel`` topology while both clients write; count the window.
 
@@ -259,13 +276,17 @@ async def graceful_window(
     master after that. The topology stays up with the roles swapped.
     """
     sentinels = tuple(("127.0.0.1", proc.port) for proc in topology.sentinels)
+    # a settled topology: a sentinel whose last INFO of a replica is stale (it rejoined moments ago)
+    # may convert that replica again in the window, or abort the failover for want of a good replica
+    await asyncio.to_thread(topology.wait_ready, replica_views=True)
     old = topology.master_addr()
     writers = [_Writer(name, plain_client(sentinels), f"{prefix}{name}") for name in ("plain", "watched")]
     watch = FailoverWatch(writers[1].client, sentinels, MASTER_NAME)
     old_probe = aioredis.Redis(host=old[0], port=old[1], socket_timeout=SOCKET_TIMEOUT_S)
     stop, listening = asyncio.Event(), list[Address]()
     by_sentinel: dict[int, dict[str, float]] = {}
-    background = [asyncio.create_task(_listen_events(sentinels, by_sentinel, listening)),
+    keep = about_old_master(old)
+    background = [asyncio.create_task(_listen_events(sentinels, by_sentinel, listening, keep)),
                   asyncio.create_task(watch.run())]
     writing = [asyncio.create_task(w.run(interval_ms, stop)) for w in writers]
     try:
@@ -291,18 +312,20 @@ async def graceful_window(
     new = topology.master_addr()
     with contextlib.closing(topology.server(new[1]).client()) as on_new:
         plain, watched = (w.result(_ids(on_new, w.stream), started) for w in writers)
+    logs = {proc.port: sentinel_log.read_events(proc.logfile, started_wall) for proc in topology.sentinels}
     window = GracefulWindow(
         old, new, {port: {k: v - started for k, v in seen.items()} for port, seen in by_sentinel.items()},
         demoted - started, plain, watched, interval_ms,
-        {proc.port: sentinel_log.first_sights(sentinel_log.read_events(proc.logfile, started_wall), started_wall)
-         for proc in topology.sentinels},
+        {port: sentinel_log.first_sights(events, started_wall, keep) for port, events in logs.items()},
         await asyncio.to_thread(_sentinels_state, topology),
+        tuple(f"sentinel {port}: {e.event} {e.detail} logged {e.at_wall_s - started_wall:.3f}"
+              for port, events in logs.items() for e in events if not keep(e.event, e.detail)),
     )
     log.info("graceful failover %s -> %s: %s", old, new, window)
     return window
 
 
-def _sentinels_state(topology: Topology) -> str:
+def _sentinels_state(topology: SentinelTopology) -> str:
     """Each sentinel's TILT flag, the master it names and its configured timers, for an error message."""
     said = []
     for proc in topology.sentinels:

@@ -103,17 +103,44 @@ def replicas_online(master: RedisProcess) -> int | str:
     )
 
 
-def sentinel_problem(proc: RedisProcess, n_sentinels: int, n_replicas: int) -> str:
-    """Why ``SENTINEL MASTER`` on ``proc`` shows it is not ready yet ('' when it is)."""
+def sentinel_problem(proc: RedisProcess, n_sentinels: int, n_replicas: int, master: Address | None = None) -> str:
+    """Why ``SENTINEL MASTER`` (and, given the ``master``, ``SENTINEL REPLICAS``) on ``proc`` shows it is
+    not ready yet ('' when it is).
+
+    Knowing the replicas is not enough: Sentinel refreshes a replica's ``INFO`` only every 10 s, so
+    for up to 10 s after a replica rejoins (or resyncs) a sentinel may still hold a reply that says
+    ``role:master`` or a link down. Such a stale view makes it convert the replica once more, or
+    abort a ``SENTINEL FAILOVER`` with no good replica; so every replica must look current to it.
+    """
     with contextlib.closing(proc.client()) as client:
         try:
             info = pairs(command(client, "SENTINEL", "MASTER", MASTER_NAME))
+            replicas = [pairs(r) for r in command(client, "SENTINEL", "REPLICAS", MASTER_NAME) or []]
         except redis.RedisError as exc:
             return f"{proc.name} does not answer: {exc}"
     if int(info.get("num-other-sentinels", 0)) < n_sentinels - 1:
         return f"{proc.name} knows {info.get('num-other-sentinels')} other sentinels"
     if int(info.get("num-slaves", 0)) < n_replicas:
         return f"{proc.name} knows {info.get('num-slaves')} replicas"
+    if master is not None:
+        current = [r for r in replicas if not replica_view_problem(r, master)]
+        if len(current) < n_replicas:
+            stale = "; ".join(f"{r.get('name')}: {replica_view_problem(r, master)}" for r in replicas)
+            return f"{proc.name} sees {len(current)} of {n_replicas} replicas as current ({stale})"
+    return ""
+
+
+def replica_view_problem(replica: dict[str, str], master: Address) -> str:
+    """What is off in one sentinel's view of one replica ('' when it is a linked replica of ``master``)."""
+    flags = set(replica.get("flags", "").split(","))
+    if bad := flags & {"s_down", "o_down", "disconnected"}:
+        return f"flags {','.join(sorted(bad))}"
+    if replica.get("role-reported") != "slave":
+        return f"last INFO says role {replica.get('role-reported')}"
+    if replica.get("master-link-status") != "ok":
+        return f"last INFO says its link is {replica.get('master-link-status')}"
+    if (replica.get("master-host"), replica.get("master-port")) != (master[0], str(master[1])):
+        return f"last INFO says it replicates {replica.get('master-host')}:{replica.get('master-port')}"
     return ""
 
 

@@ -288,19 +288,25 @@ class SentinelTopology(Topology):
 
     # -- sentinel ---------------------------------------------------------------------
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Wait until every sentinel agrees on the master, sees the others, and replicas are linked."""
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, *, replica_views: bool = False) -> None:
+        """Wait until every sentinel agrees on the master, sees the others, and replicas are linked.
+
+        With ``replica_views`` also until each sentinel's last ``INFO`` of each replica shows it
+        linked to that master: up to 10 s more after a replica rejoined (Sentinel's INFO period),
+        paid only before a measurement that a stale view would disturb (see
+        :func:`~labs.launcher.sentinel.sentinel_problem`).
+        """
         problem = "not checked yet"
 
         def ready() -> bool:
             nonlocal problem
-            problem = self._readiness_problem()
+            problem = self._readiness_problem(replica_views)
             return not problem
 
         wait_until(ready, timeout_s, lambda: f"the sentinel topology to become ready: {problem}", 0.1,
                    error=LauncherError)
 
-    def _readiness_problem(self) -> str:
+    def _readiness_problem(self, replica_views: bool = False) -> str:
         views = self.sentinel_views()
         if None in views or len(set(views)) != 1:
             return f"sentinels disagree on the master: {views}"
@@ -313,7 +319,8 @@ class SentinelTopology(Topology):
         if online < expected:
             return f"master {master} has {online} of {expected} replicas synced (state=online)"
         for proc in self.sentinels:
-            if problem := sentinel.sentinel_problem(proc, len(self.sentinels), expected):
+            if problem := sentinel.sentinel_problem(proc, len(self.sentinels), expected,
+                                                    master if replica_views else None):
                 return problem
         return ""
 
