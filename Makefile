@@ -10,7 +10,7 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST_ARGS ?=
 # Most of the suite waits on Redis (failovers, BLOCK, fixed-rate producers, node timeouts), so there are
 # more workers than CPUs, each with its own Redis processes and ports. Clean clones on 2 CPUs, 2026-12-07:
-# three workers took 16.4-18.1 min (make test) and 18.6-20.6 (make test-noisy), four 15.6 and 18.3, green
+# three workers took 16.4-18.1 min (make test) and 18.6-20.6 (make test-noisy), four 15.6 and 18.3-19.5, green
 # (tests/FLAKES.md). --dist loadfile keeps a notebook's cells (and a test file's shared cluster or stack)
 # in one worker; the longest file, the browser's second-half student walks, takes about 7 min.
 TEST_WORKERS ?= 4
