@@ -115,7 +115,9 @@ def sentinel_problem(proc: RedisProcess, n_sentinels: int, n_replicas: int, mast
     with contextlib.closing(proc.client()) as client:
         try:
             info = pairs(command(client, "SENTINEL", "MASTER", MASTER_NAME))
-            replicas = [pairs(r) for r in command(client, "SENTINEL", "REPLICAS", MASTER_NAME) or []]
+            # asked only when the views are wanted: readiness polls every 0.1 s
+            replicas = [] if master is None else [pairs(r) for r in command(client, "SENTINEL", "REPLICAS",
+                                                                          MASTER_NAME) or []]
         except redis.RedisError as exc:
             return f"{proc.name} does not answer: {exc}"
     if int(info.get("num-other-sentinels", 0)) < n_sentinels - 1:
@@ -123,10 +125,11 @@ def sentinel_problem(proc: RedisProcess, n_sentinels: int, n_replicas: int, mast
     if int(info.get("num-slaves", 0)) < n_replicas:
         return f"{proc.name} knows {info.get('num-slaves')} replicas"
     if master is not None:
-        current = [r for r in replicas if not replica_view_problem(r, master)]
-        if len(current) < n_replicas:
-            stale = "; ".join(f"{r.get('name')}: {replica_view_problem(r, master)}" for r in replicas)
-            return f"{proc.name} sees {len(current)} of {n_replicas} replicas as current ({stale})"
+        problems = {r.get("name", "?"): replica_view_problem(r, master) for r in replicas}
+        current = sum(1 for problem in problems.values() if not problem)
+        if current < n_replicas:
+            stale = "; ".join(f"{name}: {problem}" for name, problem in problems.items())
+            return f"{proc.name} sees {current} of {n_replicas} replicas as current ({stale})"
     return ""
 
 
